@@ -1,0 +1,33 @@
+"""Installable package: `pip install -e .` (add `[test]` for the test suite)."""
+
+import setuptools
+
+setuptools.setup(
+    name="transformer",
+    version="0.1.0",
+    description="A faithful, fast Transformer in JAX/Flax whose every scale factor is a config knob.",
+    packages=setuptools.find_packages(include=["transformer", "transformer.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "jax>=0.6,<0.11",
+        "flax>=0.10,<0.13",
+        "optax>=0.2.4,<0.3",
+        "orbax-checkpoint>=0.11,<0.13",
+        "tensorflow-datasets>=4.9.7,<4.10",
+        "array-record>=0.7,<0.9",
+        "grain>=0.2.10,<0.3",
+        "ml-collections>=1.0,<2",
+        "absl-py>=2.1,<3",
+        "sentencepiece>=0.2,<0.3",
+        "sacrebleu>=2.4,<3",
+        "matplotlib>=3.8,<4",
+        "tqdm>=4.66,<5",
+        # TFDS without TensorFlow reads its resources through these.
+        "importlib_resources>=6",
+        "etils[epath,epy]>=1.7",
+        # TensorBoard event files without TensorFlow.
+        "tensorboardX>=2.6,<3",
+        "numpy>=1.26",
+    ],
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5"]},
+)
