@@ -1,0 +1,142 @@
+"""Scaled dot-product attention against a plain numpy reference, masks, the variance argument."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import attention
+from transformer.config import ModelConfig
+
+
+def reference_attention(q, k, v, mask=None, scale=None, softcap=None):
+  """softmax(q k^T * scale) v in float64 numpy; rows with nothing to attend to are 0."""
+  q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+  scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+  logits = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
+  if softcap is not None:
+    logits = softcap * np.tanh(logits / softcap)
+  if mask is not None:
+    mask = np.broadcast_to(np.asarray(mask), logits.shape)
+    logits = np.where(mask, logits, -np.inf)
+  peak = np.max(logits, -1, keepdims=True)
+  peak = np.where(np.isfinite(peak), peak, 0.0)
+  weights = np.exp(logits - peak)
+  total = weights.sum(-1, keepdims=True)
+  weights = np.where(total > 0, weights / np.where(total > 0, total, 1), 0.0)
+  return np.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+def _qkv(seed=0, b=2, lq=5, lk=7, h=3, d=8):
+  rng = np.random.default_rng(seed)
+  return [rng.normal(size=(b, n, h, d)).astype(np.float32) for n in (lq, lk, lk)]
+
+
+def _mask_with_empty_rows(b=2, lq=5, lk=7, seed=1):
+  mask = np.random.default_rng(seed).random((b, 1, lq, lk)) > 0.4
+  mask[0, 0, 2, :] = False  # a query with nothing to attend to
+  mask[1, 0, 4, :] = False
+  return mask
+
+
+@pytest.mark.parametrize("scale", [None, 1.0, 1 / 8, 0.37])
+@pytest.mark.parametrize("softcap", [None, 3.0])
+@pytest.mark.parametrize("masked", [False, True])
+def test_matches_reference(scale, softcap, masked):
+  q, k, v = _qkv()
+  mask = _mask_with_empty_rows() if masked else None
+  out = attention.dot_product_attention(q, k, v, mask=None if mask is None else jnp.asarray(mask),
+                                        scale=scale, softcap=softcap)
+  np.testing.assert_allclose(out, reference_attention(q, k, v, mask, scale, softcap), atol=2e-5)
+  assert np.all(np.isfinite(out))
+  if masked:
+    assert np.all(np.asarray(out)[0, 2] == 0) and np.all(np.asarray(out)[1, 4] == 0)
+
+
+def test_fully_masked_rows_have_finite_zero_gradients():
+  q, k, v = _qkv()
+  mask = jnp.zeros((2, 1, 5, 7), bool)
+  for softcap in (None, 2.0):
+    loss = lambda q, k, v: jnp.sum(  # noqa: E731
+        attention.dot_product_attention(q, k, v, mask=mask, softcap=softcap) ** 2)
+    grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    for g in grads:
+      assert np.all(np.asarray(g) == 0)
+
+
+def test_masks_padding_causal_segments():
+  valid = jnp.array([[True, True, True, False]])
+  m = attention.make_attention_mask(valid, valid, causal=True)
+  assert m.shape == (1, 1, 4, 4)
+  expected = np.tril(np.ones((4, 4), bool))
+  expected[3, :] = False
+  expected[:, 3] = False
+  np.testing.assert_array_equal(m[0, 0], expected)
+  seg = jnp.array([[1, 1, 2, 2]])
+  m = attention.make_attention_mask(jnp.ones((1, 4), bool), jnp.ones((1, 4), bool),
+                                    q_segmentation=seg, kv_segmentation=seg)
+  np.testing.assert_array_equal(m[0, 0], np.kron(np.eye(2), np.ones((2, 2))).astype(bool))
+
+
+def _module_reference(cfg, params, x, kv, mask):
+  """The module recomputed by hand: projections, qk-norm, the mode's scale, softmax, output."""
+  p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), params)
+  proj = lambda name, a: np.einsum("bld,dhk->blhk", a, p[name]["kernel"]) + p[name]["bias"]  # noqa: E731
+  q, k, v = proj("query", x), proj("key", kv), proj("value", kv)
+
+  def norm(a, name):
+    if cfg.qk_norm == "l2":
+      return a / np.linalg.norm(a, axis=-1, keepdims=True)
+    if cfg.qk_norm == "rmsnorm":
+      return a / np.sqrt(np.mean(a * a, -1, keepdims=True) + cfg.norm_epsilon) * p[name]["scale"]
+    if cfg.qk_norm == "layernorm":
+      a = a - a.mean(-1, keepdims=True)
+      return a / np.sqrt(a.var(-1, keepdims=True) + cfg.norm_epsilon) * p[name]["scale"] + p[name]["bias"]
+    return a
+  q, k = norm(q, "query_norm"), norm(k, "key_norm")
+  dk = q.shape[-1]
+  mode = cfg.attention_scale
+  if mode == "learned":
+    q, scale = q * p["temperature"][:, None], 1.0
+  else:
+    scale = {"inv_sqrt_dk": dk ** -0.5, "inv_dk": 1 / dk, "none": 1.0}.get(mode, mode)
+  out = reference_attention(q, k, v, mask, scale, cfg.attn_logit_softcap)
+  return np.einsum("blhk,hkd->bld", out, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+@pytest.mark.parametrize("attention_scale", ["inv_sqrt_dk", "inv_dk", "none", 0.3, "learned"])
+@pytest.mark.parametrize("qk_norm", ["none", "layernorm", "rmsnorm", "l2"])
+@pytest.mark.parametrize("softcap", [None, 4.0])
+def test_multihead_module_matches_reference_for_every_mode(attention_scale, qk_norm, softcap):
+  cfg = ModelConfig(d_model=16, num_heads=2, attention_scale=attention_scale, qk_norm=qk_norm,
+                    attn_logit_softcap=softcap, posemb="none")
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(2, 5, 16)).astype(np.float32)
+  kv = rng.normal(size=(2, 6, 16)).astype(np.float32)
+  mask = rng.random((2, 1, 5, 6)) > 0.3
+  mask[1, 0, 0, :] = False
+  module = attention.MultiHeadAttention(cfg, self_attention=False)
+  variables = module.init(jax.random.PRNGKey(0), x, kv, jnp.asarray(mask))
+  params = variables["params"]
+  if attention_scale == "learned":
+    np.testing.assert_allclose(params["temperature"], [8 ** -0.5] * 2, rtol=1e-6)
+    params = {**params, "temperature": jnp.array([0.2, 0.9])}  # a trained-looking temperature
+  out = module.apply({"params": params}, x, kv, jnp.asarray(mask))
+  np.testing.assert_allclose(out, _module_reference(cfg, params, x, kv, mask), atol=1e-4)
+
+
+@pytest.mark.parametrize("d_k", [16, 64, 256, 1024])
+def test_variance_argument_for_iid_unit_q_and_k(d_k):
+  # q, k iid N(0, 1): q.k is a sum of d_k products of variance 1, so Var(q.k) = d_k and
+  # Var(q.k / sqrt(d_k)) = 1. With n = 20000 samples the sample variance has a relative standard
+  # error of about sqrt(2/n) = 1%; the tolerance, 5%, is five standard errors.
+  n = 20000
+  kq, kk = jax.random.split(jax.random.PRNGKey(d_k))
+  q = jax.random.normal(kq, (n, d_k))
+  k = jax.random.normal(kk, (n, d_k))
+  dots = np.asarray(jnp.sum(q * k, -1), np.float64)
+  assert abs(np.mean(dots)) < 5 * math.sqrt(d_k / n)
+  assert np.var(dots) / d_k == pytest.approx(1.0, rel=0.05)
+  assert np.var(dots / math.sqrt(d_k)) == pytest.approx(1.0, rel=0.05)

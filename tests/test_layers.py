@@ -1,0 +1,88 @@
+"""Feed-forward and blocks: Eq. 2, the residual sub-layer in post-LN and pre-LN order."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import layers
+from transformer.config import ModelConfig
+from transformer.embeddings import make_norm
+
+
+def _cfg(**overrides):
+  return ModelConfig(**{**dict(vocab_size=20, d_model=16, num_heads=2, d_ff=32, max_len=8,
+                               dropout_rate=0.0), **overrides})
+
+
+X = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5, 16)), jnp.float32)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu", "geglu", "swiglu"])
+def test_feed_forward_is_eq2(activation):
+  cfg = _cfg(activation=activation)
+  module = layers.FeedForward(cfg)
+  params = module.init(jax.random.PRNGKey(0), X)["params"]
+  p = jax.tree_util.tree_map(np.asarray, params)
+  act = {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "geglu": jax.nn.gelu,
+         "swiglu": jax.nn.silu}[activation]
+  h = np.asarray(act(X @ p["wi"]["kernel"] + p["wi"]["bias"]))
+  if activation in ("geglu", "swiglu"):
+    h = h * (np.asarray(X) @ p["wi_gate"]["kernel"] + p["wi_gate"]["bias"])
+  expected = h @ p["wo"]["kernel"] + p["wo"]["bias"]
+  np.testing.assert_allclose(module.apply({"params": params}, X), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_no_bias_option():
+  params = layers.FeedForward(_cfg(use_bias=False)).init(jax.random.PRNGKey(0), X)["params"]
+  assert "bias" not in params["wi"] and "bias" not in params["wo"]
+
+
+class _OneSublayer(nn.Module):
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    return layers.residual(self.config, x, lambda h: 2.0 * h + 1.0, make_norm(self.config, "norm"),
+                           deterministic=True)
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_residual_order(position):
+  cfg = _cfg(norm_position=position)
+  module = _OneSublayer(cfg)
+  variables = module.init(jax.random.PRNGKey(0), X)
+  norm = make_norm(cfg).bind({"params": variables["params"]["norm"]})
+  sublayer = lambda h: 2.0 * h + 1.0  # noqa: E731
+  expected = norm(X + sublayer(X)) if position == "post" else X + sublayer(norm(X))
+  np.testing.assert_allclose(module.apply(variables, X), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_encoder_block_output_normalised_only_post_ln(position):
+  cfg = _cfg(norm_position=position)
+  block = layers.EncoderBlock(cfg)
+  mask = jnp.ones((2, 1, 5, 5), bool)
+  positions = jnp.broadcast_to(jnp.arange(5), (2, 5))
+  y = block.apply(block.init(jax.random.PRNGKey(0), 5 * X, mask, positions), 5 * X, mask, positions)
+  rms = np.sqrt(np.mean(np.asarray(y) ** 2, -1))
+  if position == "post":  # the stream is re-normalised after every sub-layer
+    np.testing.assert_allclose(rms, 1.0, rtol=1e-3)
+  else:  # pre-LN keeps the residual stream's own scale (5x here)
+    assert rms.mean() > 3.0
+
+
+def test_decoder_block_with_and_without_cross_attention():
+  cfg = _cfg()
+  mask = jnp.ones((2, 1, 5, 5), bool)
+  positions = jnp.broadcast_to(jnp.arange(5), (2, 5))
+  enc = jnp.ones((2, 3, 16))
+  cross_mask = jnp.ones((2, 1, 5, 3), bool)
+  block = layers.DecoderBlock(cfg)
+  params = block.init(jax.random.PRNGKey(0), X, mask, positions, enc, cross_mask)["params"]
+  assert "cross_attention" in params
+  lm_block = layers.DecoderBlock(cfg, cross_attention=False)
+  lm_params = lm_block.init(jax.random.PRNGKey(0), X, mask, positions)["params"]
+  assert "cross_attention" not in lm_params
+  assert lm_block.apply({"params": lm_params}, X, mask, positions).shape == X.shape

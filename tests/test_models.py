@@ -1,0 +1,212 @@
+"""Whole models: causality, padding, packing, the KV cache, shared embeddings, the two conventions."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer.config import ModelConfig
+from transformer.models import DecoderOnly, Transformer, shift_right
+
+V = 40
+
+
+def tiny(**overrides) -> ModelConfig:
+  base = dict(vocab_size=V, d_model=32, num_heads=4, d_ff=64, num_encoder_layers=2,
+              num_decoder_layers=2, max_len=32, dropout_rate=0.1)
+  return ModelConfig(**{**base, **overrides})
+
+
+VARIANTS = {  # the paper, and the variants whose position handling differs
+    "paper": tiny(),
+    "rope_pre": tiny(posemb="rope", norm_position="pre", qk_norm="rmsnorm"),
+    "learned_untied": tiny(posemb="learned", share_embeddings=False, logits_via_embedding=False,
+                           target_vocab_size=V + 5, attention_scale="learned"),
+}
+
+
+def tokens(seed, shape, low=3, high=V):
+  return jnp.asarray(np.random.default_rng(seed).integers(low, high, shape), jnp.int32)
+
+
+@functools.lru_cache(maxsize=None)
+def seq2seq(name):
+  model = Transformer(VARIANTS[name])
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), tokens(0, (1, 6)), tokens(1, (1, 5)))["params"]
+  return model, params, jax.jit(lambda p, i, t, **kw: model.apply({"params": p}, i, t, **kw))
+
+
+@functools.lru_cache(maxsize=None)
+def lm(name):
+  model = DecoderOnly(VARIANTS[name])
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), tokens(0, (1, 6)))["params"]
+  return model, params, jax.jit(lambda p, t, **kw: model.apply({"params": p}, t, **kw))
+
+
+def test_shift_right_restarts_segments():
+  t = jnp.array([[5, 6, 7, 8, 9, 0]])
+  np.testing.assert_array_equal(shift_right(t), [[0, 5, 6, 7, 8, 9]])
+  seg = jnp.array([[1, 1, 1, 2, 2, 0]])
+  np.testing.assert_array_equal(shift_right(t, seg), [[0, 5, 6, 0, 8, 0]])
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_causality(name):
+  _, params, f = seq2seq(name)
+  _, lparams, g = lm(name)
+  inputs, targets = tokens(2, (2, 7)), tokens(3, (2, 9))
+  base, lbase = f(params, inputs, targets), g(lparams, targets)
+  for t in (0, 4, 8):
+    changed = targets.at[:, t].set((targets[:, t] + 1 - 3) % (V - 3) + 3)
+    for before, after in ((base, f(params, inputs, changed)), (lbase, g(lparams, changed))):
+      np.testing.assert_allclose(before[:, :t + 1], after[:, :t + 1], atol=1e-5)
+      if t < 8:
+        assert not np.allclose(before[:, t + 1:], after[:, t + 1:], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_padding_never_changes_real_outputs(name):
+  _, params, f = seq2seq(name)
+  _, lparams, g = lm(name)
+  inputs, targets = tokens(4, (2, 6)), tokens(5, (2, 5))
+  pad = lambda x, n: jnp.pad(x, ((0, 0), (0, n)))  # noqa: E731
+  base = f(params, inputs, targets)
+  np.testing.assert_allclose(f(params, pad(inputs, 5), targets), base, atol=1e-5)
+  np.testing.assert_allclose(f(params, pad(inputs, 3), pad(targets, 4))[:, :5], base, atol=1e-5)
+  np.testing.assert_allclose(g(lparams, pad(targets, 6))[:, :5], g(lparams, targets), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_packed_row_gives_each_sequences_own_logits(name):
+  _, params, f = seq2seq(name)
+  _, lparams, g = lm(name)
+  a_in, a_tg, b_in, b_tg = tokens(6, (1, 4)), tokens(7, (1, 5)), tokens(8, (1, 6)), tokens(9, (1, 3))
+
+  def pack(a, b, total):
+    row = jnp.pad(jnp.concatenate([a, b], 1), ((0, 0), (0, total - a.shape[1] - b.shape[1])))
+    seg = np.zeros((1, total), np.int32)
+    pos = np.zeros((1, total), np.int32)
+    seg[0, :a.shape[1]], seg[0, a.shape[1]:a.shape[1] + b.shape[1]] = 1, 2
+    pos[0, :a.shape[1]] = np.arange(a.shape[1])
+    pos[0, a.shape[1]:a.shape[1] + b.shape[1]] = np.arange(b.shape[1])
+    return row, jnp.asarray(seg), jnp.asarray(pos)
+
+  inputs, in_seg, in_pos = pack(a_in, b_in, 12)
+  targets, tg_seg, tg_pos = pack(a_tg, b_tg, 10)
+  packed = f(params, inputs, targets, inputs_segmentation=in_seg, targets_segmentation=tg_seg,
+             inputs_position=in_pos, targets_position=tg_pos)
+  np.testing.assert_allclose(packed[:, :5], f(params, a_in, a_tg), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 5:8], f(params, b_in, b_tg), atol=1e-5)
+
+  lpacked = g(lparams, targets, segmentation=tg_seg, position=tg_pos)
+  np.testing.assert_allclose(lpacked[:, :5], g(lparams, a_tg), atol=1e-5)
+  np.testing.assert_allclose(lpacked[:, 5:8], g(lparams, b_tg), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_kv_cache_decoding_equals_the_full_forward_pass(name):
+  model, params, f = seq2seq(name)
+  inputs, targets = tokens(10, (2, 7)), tokens(11, (2, 8))
+  inputs = inputs.at[1, 5:].set(0)  # a padded source row
+  full = f(params, inputs, targets)
+  encoded = jax.jit(functools.partial(model.apply, method=Transformer.encode))(
+      {"params": params}, inputs)
+  cache = jax.eval_shape(functools.partial(model.init, decode=True, method=Transformer.decode),
+                         jax.random.PRNGKey(0), encoded, inputs, targets)["cache"]
+  cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), cache)
+  step = jax.jit(lambda c, tok: model.apply({"params": params, "cache": c}, encoded, inputs, tok,
+                                            decode=True, mutable=["cache"],
+                                            method=Transformer.decode))
+  previous = shift_right(targets)
+  for t in range(targets.shape[1]):
+    logits, variables = step(cache, previous[:, t:t + 1])
+    cache = variables["cache"]
+    np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-4)
+
+  lm_model, lparams, g = lm(name)
+  lfull = g(lparams, targets)
+  cache = jax.eval_shape(functools.partial(lm_model.init, decode=True), jax.random.PRNGKey(0),
+                         targets)["cache"]
+  cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), cache)
+  lstep = jax.jit(lambda c, tok: lm_model.apply({"params": lparams, "cache": c}, tok, decode=True,
+                                                mutable=["cache"]))
+  for t in range(targets.shape[1]):
+    logits, variables = lstep(cache, previous[:, t:t + 1])
+    cache = variables["cache"]
+    np.testing.assert_allclose(logits[:, 0], lfull[:, t], atol=1e-4)
+
+
+def _shapes(params):
+  return [leaf.shape for leaf in jax.tree_util.tree_leaves(params)]
+
+
+def test_shared_embeddings_are_one_matrix_that_both_uses_train():
+  cfg = tiny(logits_via_embedding=False)  # untied output, so only the two input uses touch E
+  model = Transformer(cfg)
+  inputs = tokens(12, (2, 6), 3, 10)  # source tokens 3..9
+  targets = tokens(13, (2, 5), 20, 30)  # target tokens 20..29
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, targets)["params"]
+  assert _shapes(params).count((V, 32)) == 1
+  grad = jax.jit(jax.grad(lambda p: jnp.sum(model.apply({"params": p}, inputs, targets) ** 2)))(params)
+  rows = np.abs(np.asarray(grad["embedding"]["embedding"])).sum(-1)
+  assert np.all(rows[np.unique(np.asarray(inputs))] > 0)  # the encoder's use
+  assert np.all(rows[np.unique(np.asarray(targets[:, :-1]))] > 0)  # the decoder's use
+  assert np.all(rows[30:] == 0)
+
+  tied = Transformer(tiny())
+  tied_params = jax.eval_shape(tied.init, jax.random.PRNGKey(0), inputs, targets)["params"]
+  assert _shapes(tied_params).count((V, 32)) == 1 and (32, V) not in _shapes(tied_params)
+  separate = Transformer(tiny(share_embeddings=False))
+  separate_params = jax.eval_shape(separate.init, jax.random.PRNGKey(0), inputs, targets)["params"]
+  assert _shapes(separate_params).count((V, 32)) == 2
+
+
+def _init_scales(cfg, seed):
+  model = Transformer(cfg)
+  inputs, targets = tokens(seed, (8, 32), 3, cfg.vocab_size), tokens(seed + 1, (8, 32), 3, cfg.vocab_size)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(seed), inputs, targets)
+  logits, state = jax.jit(functools.partial(model.apply, capture_intermediates=True))(
+      variables, inputs, targets)
+  x = state["intermediates"]["encoder"]["input_embedding"]["__call__"][0]
+  return float(jnp.sqrt(jnp.mean(x ** 2))), float(jnp.std(logits))
+
+
+def test_the_two_conventions_have_the_same_scales_at_init():
+  # (1) E ~ N(0, 1/d), input sqrt(d) E, logits h.E^T   (2) E ~ N(0, 1), input E, logits h.E^T / sqrt(d)
+  paper = ModelConfig.from_recipe("vaswani2017", vocab_size=500, d_model=128, num_heads=4,
+                                  d_ff=256, num_encoder_layers=1, num_decoder_layers=1,
+                                  max_len=32, dropout_rate=0.0)
+  flax_style = paper.replace(embed_scale="none", embed_init_std=1.0, logits_scale="inv_sqrt_d")
+  seeds = range(3)
+  a = np.array([_init_scales(paper, s) for s in seeds])
+  b = np.array([_init_scales(flax_style, s) for s in seeds])
+  # Input RMS ~ sqrt(1 + 1/2) in both, logits std ~ 1 in both; seed-to-seed spread is ~1-2%.
+  np.testing.assert_allclose(a.mean(0), b.mean(0), rtol=0.05)
+  assert a[:, 0].mean() == pytest.approx(math.sqrt(1.5), rel=0.05)
+  assert a[:, 1].mean() == pytest.approx(1.0, rel=0.1)
+
+
+def test_dropout_only_in_training():
+  _, params, f = seq2seq("paper")
+  inputs, targets = tokens(14, (2, 6)), tokens(15, (2, 5))
+  model = Transformer(VARIANTS["paper"])
+  eval_a = f(params, inputs, targets)
+  eval_b = model.apply({"params": params}, inputs, targets, deterministic=True,
+                       rngs={"dropout": jax.random.PRNGKey(1)})
+  np.testing.assert_allclose(eval_a, eval_b, atol=1e-5)
+  train = lambda key: model.apply({"params": params}, inputs, targets, deterministic=False,  # noqa: E731
+                                  rngs={"dropout": key})
+  assert not np.allclose(train(jax.random.PRNGKey(1)), train(jax.random.PRNGKey(2)))
+  np.testing.assert_array_equal(train(jax.random.PRNGKey(1)), train(jax.random.PRNGKey(1)))
+
+
+def test_bf16_compute_keeps_float32_params():
+  cfg = tiny(dtype="bfloat16")
+  model = Transformer(cfg)
+  variables = model.init(jax.random.PRNGKey(0), tokens(0, (1, 6)), tokens(1, (1, 5)))
+  assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(variables))
+  logits = model.apply(variables, tokens(0, (1, 6)), tokens(1, (1, 5)))
+  assert logits.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(logits, np.float32)))

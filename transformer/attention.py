@@ -1,0 +1,165 @@
+"""Scaled dot-product attention (Section 3.2), its masks, and multi-head attention with a KV cache.
+
+The attention knobs act here and nowhere else:
+  attention_scale    'inv_sqrt_dk' (the paper, Eq. 1), 'inv_dk' (muP), 'none', a float, or
+                     'learned' (one temperature per head, initialised at d_k^-0.5)
+  qk_norm            normalise q and k per head before the scale ('layernorm', 'rmsnorm', 'l2')
+  attn_logit_softcap logits -> cap * tanh(logits / cap) (Gemma 2)
+Arrays use the layout of `jax.nn.dot_product_attention`: [batch, length, heads, head_dim].
+Masks are boolean, True = may attend, broadcastable to [batch, heads, q_len, kv_len].
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer import positional
+from transformer.config import ModelConfig, resolve_scale
+
+
+# ---- masks (the only mask code of the project) ----
+def make_attention_mask(q_valid: jax.Array, kv_valid: jax.Array, *, causal: bool = False,
+                        q_segmentation: Optional[jax.Array] = None,
+                        kv_segmentation: Optional[jax.Array] = None) -> jax.Array:
+  """Padding (+ causal, + same-segment) mask: bool[B, 1, Lq, Lk] from q_valid bool[B, Lq], kv_valid bool[B, Lk]."""
+  mask = q_valid[:, :, None] & kv_valid[:, None, :]
+  if causal:
+    lq, lk = q_valid.shape[-1], kv_valid.shape[-1]
+    mask = mask & (jnp.arange(lq)[:, None] >= jnp.arange(lk)[None, :])
+  if q_segmentation is not None and kv_segmentation is not None:
+    # Packed rows: a token attends only within its own segment.
+    mask = mask & (q_segmentation[:, :, None] == kv_segmentation[:, None, :])
+  return mask[:, None, :, :]
+
+
+# ---- scaled dot-product attention ----
+def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
+                     softcap: Optional[float] = None) -> jax.Array:
+  """scale * q.k^T (then soft-capped) in float32: [B, Lq, H, D] x [B, Lk, H, D] -> [B, H, Lq, Lk]."""
+  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32) * scale
+  if softcap is not None:
+    logits = softcap * jnp.tanh(logits / softcap)
+  return logits
+
+
+def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
+                          mask: Optional[jax.Array] = None, scale: Optional[float] = None,
+                          softcap: Optional[float] = None, dropout_rate: float = 0.0,
+                          dropout_rng: Optional[jax.Array] = None,
+                          implementation: Optional[str] = None) -> jax.Array:
+  """softmax(scale * q k^T) v: query [B, Lq, H, D], key/value [B, Lk, H, D] -> [B, Lq, H, D].
+
+  scale None means 1/sqrt(D) (the paper). A query row whose mask is all False returns zeros
+  (never NaN). Without soft cap and attention dropout this calls `jax.nn.dot_product_attention`,
+  so `implementation='cudnn'` selects cuDNN's fused flash attention on GPU.
+  """
+  if scale is None:
+    scale = 1.0 / math.sqrt(query.shape[-1])
+  if softcap is None and (dropout_rate == 0.0 or dropout_rng is None):
+    out = jax.nn.dot_product_attention(query, key, value, mask=mask, scale=scale,
+                                       implementation=implementation)
+  else:
+    logits = attention_logits(query, key, scale=scale, softcap=softcap)
+    if mask is not None:
+      logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(logits, axis=-1)
+    if dropout_rate > 0.0 and dropout_rng is not None:
+      keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+      weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    out = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(value.dtype), value)
+  if mask is not None:
+    # Softmax over an all-masked row is uniform; such rows must contribute nothing.
+    has_key = jnp.any(mask, axis=-1)  # [B|1, H|1, Lq]
+    out = out * jnp.moveaxis(has_key, -1, -2)[..., None].astype(out.dtype)
+  return out
+
+
+def attention_scale_value(config: ModelConfig) -> float:
+  """The fixed multiplier of q.k (the learned mode starts from d_k^-0.5)."""
+  mode = "inv_sqrt_dk" if config.attention_scale == "learned" else config.attention_scale
+  return resolve_scale(mode, config.qk_dim, "attention_scale")
+
+
+def _qk_normalize(config: ModelConfig, x: jax.Array, name: str) -> jax.Array:
+  """Per-head normalisation of q or k over head_dim (QK-norm, Dehghani et al. 2023)."""
+  if config.qk_norm == "none":
+    return x
+  if config.qk_norm == "l2":
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt(jnp.sum(x32 * x32, -1, keepdims=True) + 1e-12)).astype(x.dtype)
+  cls = nn.LayerNorm if config.qk_norm == "layernorm" else nn.RMSNorm
+  return cls(epsilon=config.norm_epsilon, dtype=config.compute_dtype,
+             param_dtype=config.params_dtype, name=name)(x)
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head attention (Section 3.2.2). Self-attention may cache keys/values for decoding."""
+
+  config: ModelConfig
+  self_attention: bool = True
+
+  @nn.compact
+  def __call__(self, x: jax.Array, kv: jax.Array, mask: Optional[jax.Array], *,
+               q_positions: Optional[jax.Array] = None,
+               kv_positions: Optional[jax.Array] = None,
+               deterministic: bool = True, decode: bool = False) -> jax.Array:
+    """x float[B, Lq, d], kv float[B, Lk, d], mask bool[B, 1, Lq, Lk] -> float[B, Lq, d].
+
+    With decode=True (self-attention, Lq = 1) keys and values go into the 'cache' collection
+    and the query attends to every cached position up to its own.
+    """
+    cfg = self.config
+    heads, head_dim = cfg.num_heads, cfg.qk_dim
+    dense = lambda name: nn.DenseGeneral(  # noqa: E731
+        (heads, head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+        param_dtype=cfg.params_dtype, kernel_init=nn.initializers.xavier_uniform(), name=name)
+    query, key, value = dense("query")(x), dense("key")(kv), dense("value")(kv)
+    query = _qk_normalize(cfg, query, "query_norm")
+    key = _qk_normalize(cfg, key, "key_norm")
+    if cfg.posemb == "rope" and self.self_attention:
+      query = positional.apply_rope(query, q_positions, cfg.max_timescale)
+      key = positional.apply_rope(key, kv_positions, cfg.max_timescale)
+
+    if decode:
+      key, value, mask = self._update_cache(key, value, mask)
+
+    scale = attention_scale_value(cfg)
+    if cfg.attention_scale == "learned":
+      # One temperature per head, folded into q: (t_h q).k = t_h (q.k).
+      temperature = self.param("temperature", nn.initializers.constant(scale), (heads,),
+                               cfg.params_dtype)
+      query = query * temperature.astype(query.dtype)[:, None]
+      scale = 1.0
+    dropout_rng = None
+    if not deterministic and cfg.attention_dropout_rate > 0.0:
+      dropout_rng = self.make_rng("dropout")
+    out = dot_product_attention(query, key, value, mask=mask, scale=scale,
+                                softcap=cfg.attn_logit_softcap,
+                                dropout_rate=cfg.attention_dropout_rate, dropout_rng=dropout_rng)
+    return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias,
+                           dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                           kernel_init=nn.initializers.xavier_uniform(), name="out")(out)
+
+  def _update_cache(self, key: jax.Array, value: jax.Array, mask: Optional[jax.Array]):
+    """Writes the new key/value [B, 1, H, D] at the cache index; returns the whole cache and its mask."""
+    initialized = self.has_variable("cache", "cached_key")
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+    index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+    if not initialized:  # the init call only allocates the cache, [B, max_decode_len, H, D]
+      return key, value, mask
+    if key.shape[1] != 1:
+      raise ValueError(f"decode=True feeds one token at a time, got length {key.shape[1]}.")
+    i = index.value
+    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key, i, axis=1)
+    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, value, i, axis=1)
+    index.value = i + 1
+    length = cached_key.value.shape[1]
+    cache_mask = (jnp.arange(length) <= i)[None, None, None, :]  # [1, 1, 1, L]
+    mask = cache_mask if mask is None else mask & cache_mask
+    return cached_key.value, cached_value.value, mask

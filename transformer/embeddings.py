@@ -1,0 +1,107 @@
+"""Token embeddings (Section 3.4): the sqrt(d_model) multiplier, its target, the init, tied logits.
+
+The three embedding knobs act here and nowhere else:
+  embed_scale        s in  x = s * E[token] + PE   ('sqrt_d' = the paper, 'none', a float)
+  embed_scale_target 'token' scales E[token] only (the paper); 'sum' scales E[token] + PE
+  embed_init_std     E ~ N(0, std^2)               ('inv_sqrt_d' = d^-0.5 as tensor2tensor)
+and the output knob `logits_scale` multiplies the pre-softmax logits h.E^T (or h.W when untied).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer import positional
+from transformer.config import ModelConfig, resolve_scale
+
+
+def embed_scale_value(config: ModelConfig) -> float:
+  """The multiplier s of the token embedding (sqrt(d_model) for the paper)."""
+  return resolve_scale(config.embed_scale, config.d_model, "embed_scale")
+
+
+def embed_init_std_value(config: ModelConfig) -> float:
+  """The standard deviation of the embedding matrix at init (d_model^-0.5 for the paper)."""
+  return resolve_scale(config.embed_init_std, config.d_model, "embed_init_std")
+
+
+def logits_scale_value(config: ModelConfig) -> float:
+  """The multiplier of the pre-softmax logits (1 for the paper, d^-0.5 for Flax/T5, 1/d for muP)."""
+  return resolve_scale(config.logits_scale, config.d_model, "logits_scale")
+
+
+def make_norm(config: ModelConfig, name: Optional[str] = None) -> nn.Module:
+  """The block norm of the config (LayerNorm as the paper, or RMSNorm)."""
+  cls = nn.LayerNorm if config.norm == "layernorm" else nn.RMSNorm
+  return cls(epsilon=config.norm_epsilon, dtype=config.compute_dtype,
+             param_dtype=config.params_dtype, name=name)
+
+
+class TokenEmbedding(nn.Module):
+  """The embedding matrix E [vocab, d_model]: lookup (`__call__`) and tied logits (`attend`)."""
+
+  config: ModelConfig
+  vocab_size: int
+
+  def setup(self):
+    cfg = self.config
+    self.embedding = self.param("embedding", nn.initializers.normal(embed_init_std_value(cfg)),
+                                (self.vocab_size, cfg.d_model), cfg.params_dtype)
+
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    """tokens int[B, L] -> E[tokens] float[B, L, d] (unscaled)."""
+    return jnp.take(self.embedding, tokens, axis=0).astype(self.config.compute_dtype)
+
+  def attend(self, x: jax.Array) -> jax.Array:
+    """x float[B, L, d] -> x @ E^T float[B, L, vocab] (unscaled)."""
+    dtype = self.config.compute_dtype
+    return jnp.einsum("bld,vd->blv", x.astype(dtype), self.embedding.astype(dtype))
+
+
+class InputEmbedding(nn.Module):
+  """tokens [B, L] (+ positions [B, L]) -> the first residual-stream input [B, L, d]."""
+
+  config: ModelConfig
+  token_embedding: TokenEmbedding
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array, positions: jax.Array, *,
+               deterministic: bool = True) -> jax.Array:
+    cfg = self.config
+    scale = embed_scale_value(cfg)
+    x = self.token_embedding(tokens)
+    pe = positional.PositionEmbedding(cfg, name="posemb")(positions)
+    if pe is None:
+      x = scale * x
+    elif cfg.embed_scale_target == "token":  # the paper: scale E[token], then add PE
+      x = scale * x + pe
+    else:  # 'sum': scale the sum, so PE is scaled too
+      x = scale * (x + pe)
+    if cfg.embed_norm:
+      x = make_norm(cfg, name="embed_norm")(x)
+    # Section 5.4: dropout "to the sums of the embeddings and the positional encodings".
+    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+class OutputLogits(nn.Module):
+  """Pre-softmax projection h [B, L, d] -> logits [B, L, vocab], tied (h.E^T) or untied, times logits_scale."""
+
+  config: ModelConfig
+  vocab_size: int
+  token_embedding: Optional[TokenEmbedding] = None  # set: tied logits
+
+  @nn.compact
+  def __call__(self, h: jax.Array) -> jax.Array:
+    cfg = self.config
+    if self.token_embedding is not None:
+      logits = self.token_embedding.attend(h)
+    else:
+      logits = nn.Dense(self.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
+                        param_dtype=cfg.params_dtype,
+                        kernel_init=nn.initializers.xavier_uniform(), name="kernel")(h)
+    scale = logits_scale_value(cfg)
+    return logits if scale == 1.0 else logits * scale

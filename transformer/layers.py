@@ -1,0 +1,93 @@
+"""Feed-forward network and encoder/decoder blocks, post-LN (the paper) or pre-LN.
+
+post: x = Norm(x + Dropout(Sublayer(x)))        (Section 3.1 and 5.4)
+pre:  x = x + Dropout(Sublayer(Norm(x)))        (Xiong et al. 2020; a final Norm ends the stack)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import flax.linen as nn
+import jax
+
+from transformer.attention import MultiHeadAttention
+from transformer.config import ModelConfig
+from transformer.embeddings import make_norm
+
+_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "geglu": nn.gelu, "swiglu": nn.silu,
+}
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = act(x W1 + b1) W2 + b2 (Eq. 2); gated variants multiply act(x W1) by x W3."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    """x float[B, L, d] -> float[B, L, d]."""
+    cfg = self.config
+    dense = lambda features, name: nn.Dense(  # noqa: E731
+        features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        kernel_init=nn.initializers.xavier_uniform(), name=name)
+    h = _ACTIVATIONS[cfg.activation](dense(cfg.d_ff, "wi")(x))
+    if cfg.activation in ("geglu", "swiglu"):
+      h = h * dense(cfg.d_ff, "wi_gate")(x)
+    return dense(cfg.d_model, "wo")(h)
+
+
+def residual(config: ModelConfig, x: jax.Array, sublayer: Callable[[jax.Array], jax.Array],
+             norm: nn.Module, *, deterministic: bool) -> jax.Array:
+  """One residual sub-layer with dropout on its output and the configured norm position."""
+  drop = nn.Dropout(config.dropout_rate)
+  if config.norm_position == "post":
+    return norm(x + drop(sublayer(x), deterministic=deterministic))
+  return x + drop(sublayer(norm(x)), deterministic=deterministic)
+
+
+class EncoderBlock(nn.Module):
+  """Self-attention then feed-forward, each a residual sub-layer."""
+
+  config: ModelConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array, mask: jax.Array, positions: jax.Array, *,
+               deterministic: bool = True) -> jax.Array:
+    """x float[B, L, d], mask bool[B, 1, L, L], positions int[B, L] -> float[B, L, d]."""
+    cfg = self.config
+    attn = MultiHeadAttention(cfg, self_attention=True, name="self_attention")
+    ffn = FeedForward(cfg, name="ffn")
+    x = residual(cfg, x, lambda h: attn(h, h, mask, q_positions=positions, kv_positions=positions,
+                                         deterministic=deterministic),
+                 make_norm(cfg, name="attention_norm"), deterministic=deterministic)
+    return residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),
+                    make_norm(cfg, name="ffn_norm"), deterministic=deterministic)
+
+
+class DecoderBlock(nn.Module):
+  """Masked self-attention, attention over the encoder output, feed-forward."""
+
+  config: ModelConfig
+  cross_attention: bool = True  # False: a decoder-only (language model) block
+
+  @nn.compact
+  def __call__(self, x: jax.Array, self_mask: Optional[jax.Array], positions: jax.Array,
+               encoded: Optional[jax.Array] = None, cross_mask: Optional[jax.Array] = None, *,
+               deterministic: bool = True, decode: bool = False) -> jax.Array:
+    """x float[B, Lt, d], encoded float[B, Ls, d], masks bool[B, 1, Lt, Lt|Ls] -> float[B, Lt, d]."""
+    cfg = self.config
+    self_attn = MultiHeadAttention(cfg, self_attention=True, name="self_attention")
+    x = residual(cfg, x, lambda h: self_attn(h, h, self_mask, q_positions=positions,
+                                              kv_positions=positions, deterministic=deterministic,
+                                              decode=decode),
+                 make_norm(cfg, name="self_attention_norm"), deterministic=deterministic)
+    if self.cross_attention:
+      cross_attn = MultiHeadAttention(cfg, self_attention=False, name="cross_attention")
+      x = residual(cfg, x, lambda h: cross_attn(h, encoded, cross_mask,
+                                                 deterministic=deterministic),
+                   make_norm(cfg, name="cross_attention_norm"), deterministic=deterministic)
+    ffn = FeedForward(cfg, name="ffn")
+    return residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),
+                    make_norm(cfg, name="ffn_norm"), deterministic=deterministic)

@@ -1,0 +1,178 @@
+"""The paper's encoder-decoder `Transformer` and a decoder-only language model, `DecoderOnly`.
+
+Both predict `targets` at every position: logits[:, t] is the distribution of targets[:, t]
+given targets[:, :t] (the decoder input is `shift_right(targets)`, with 0 as the start token).
+Packed batches pass `*_segmentation` (segment id per token, 0 = pad) and `*_position`
+(position within the segment); attention never crosses segments.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer import positional
+from transformer.attention import make_attention_mask
+from transformer.config import ModelConfig
+from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding, make_norm
+from transformer.layers import DecoderBlock, EncoderBlock
+
+
+def shift_right(tokens: jax.Array, segmentation: Optional[jax.Array] = None) -> jax.Array:
+  """Decoder input: int[B, L] -> int[B, L] with 0 (start) first; in packed rows 0 starts each segment."""
+  shifted = jnp.pad(tokens, ((0, 0), (1, 0)))[:, :-1]
+  if segmentation is not None:
+    shifted = shifted * (segmentation == jnp.pad(segmentation, ((0, 0), (1, 0)))[:, :-1])
+  return shifted
+
+
+class Encoder(nn.Module):
+  """Input embedding, then num_encoder_layers blocks (then a final norm when pre-LN)."""
+
+  config: ModelConfig
+  token_embedding: TokenEmbedding
+
+  @nn.compact
+  def __call__(self, inputs: jax.Array, *, segmentation: Optional[jax.Array] = None,
+               positions: Optional[jax.Array] = None, deterministic: bool = True) -> jax.Array:
+    """inputs int[B, L] -> encoded float[B, L, d]."""
+    cfg = self.config
+    positions = positional.default_positions(inputs) if positions is None else positions
+    x = InputEmbedding(cfg, self.token_embedding, name="input_embedding")(
+        inputs, positions, deterministic=deterministic)
+    valid = inputs > 0
+    mask = make_attention_mask(valid, valid, q_segmentation=segmentation,
+                               kv_segmentation=segmentation)
+    for i in range(cfg.num_encoder_layers):
+      x = EncoderBlock(cfg, name=f"layer_{i}")(x, mask, positions, deterministic=deterministic)
+    if cfg.norm_position == "pre":
+      x = make_norm(cfg, name="final_norm")(x)
+    return x
+
+
+class Decoder(nn.Module):
+  """Input embedding, then num_decoder_layers blocks (then a final norm when pre-LN)."""
+
+  config: ModelConfig
+  token_embedding: TokenEmbedding
+  cross_attention: bool = True
+
+  @nn.compact
+  def __call__(self, decoder_inputs: jax.Array, self_mask: Optional[jax.Array],
+               positions: Optional[jax.Array], encoded: Optional[jax.Array] = None,
+               cross_mask: Optional[jax.Array] = None, *, deterministic: bool = True,
+               decode: bool = False) -> jax.Array:
+    """decoder_inputs int[B, Lt] -> hidden float[B, Lt, d] (before the output projection)."""
+    cfg = self.config
+    if positions is None:
+      positions = positional.default_positions(decoder_inputs)
+    if decode:  # incremental decoding: the position is the number of tokens fed so far
+      cached = self.has_variable("cache", "position")
+      position = self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
+      if cached:
+        positions = jnp.full(decoder_inputs.shape, position.value, jnp.int32)
+        position.value = position.value + decoder_inputs.shape[1]
+    x = InputEmbedding(cfg, self.token_embedding, name="input_embedding")(
+        decoder_inputs, positions, deterministic=deterministic)
+    for i in range(cfg.num_decoder_layers):
+      x = DecoderBlock(cfg, cross_attention=self.cross_attention, name=f"layer_{i}")(
+          x, self_mask, positions, encoded, cross_mask, deterministic=deterministic,
+          decode=decode)
+    if cfg.norm_position == "pre":
+      x = make_norm(cfg, name="final_norm")(x)
+    return x
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder Transformer: apply(variables, inputs, targets) -> logits float[B, Lt, V]."""
+
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    if cfg.share_embeddings:  # one [vocab, d] matrix for source, target (and output if tied)
+      self.embedding = TokenEmbedding(cfg, cfg.vocab_size)
+      source, target = self.embedding, self.embedding
+    else:
+      self.source_embedding = TokenEmbedding(cfg, cfg.vocab_size)
+      self.target_embedding = TokenEmbedding(cfg, cfg.output_vocab_size)
+      source, target = self.source_embedding, self.target_embedding
+    self.encoder = Encoder(cfg, source)
+    self.decoder = Decoder(cfg, target)
+    self.output_logits = OutputLogits(cfg, cfg.output_vocab_size,
+                                      target if cfg.logits_via_embedding else None)
+
+  def encode(self, inputs: jax.Array, *, inputs_segmentation: Optional[jax.Array] = None,
+             inputs_position: Optional[jax.Array] = None,
+             deterministic: bool = True) -> jax.Array:
+    """inputs int[B, Ls] -> encoded float[B, Ls, d]."""
+    return self.encoder(inputs, segmentation=inputs_segmentation, positions=inputs_position,
+                        deterministic=deterministic)
+
+  def decode(self, encoded: jax.Array, inputs: jax.Array, targets: jax.Array, *,
+             inputs_segmentation: Optional[jax.Array] = None,
+             targets_segmentation: Optional[jax.Array] = None,
+             targets_position: Optional[jax.Array] = None, deterministic: bool = True,
+             decode: bool = False) -> jax.Array:
+    """encoded float[B, Ls, d], inputs int[B, Ls], targets int[B, Lt] -> logits float[B, Lt, V].
+
+    With decode=True, `targets` is the previous token [B, 1] (fed as is, not shifted) and
+    self-attention keys/values accumulate in the 'cache' collection.
+    """
+    if decode:
+      decoder_inputs, self_mask = targets, None  # the cache masks future positions
+      q_valid, q_segmentation = jnp.ones(targets.shape, bool), None
+    else:
+      decoder_inputs = shift_right(targets, targets_segmentation)
+      q_valid, q_segmentation = targets > 0, targets_segmentation
+      self_mask = make_attention_mask(q_valid, q_valid, causal=True,
+                                      q_segmentation=q_segmentation,
+                                      kv_segmentation=q_segmentation)
+    cross_mask = make_attention_mask(q_valid, inputs > 0, q_segmentation=q_segmentation,
+                                     kv_segmentation=inputs_segmentation)
+    h = self.decoder(decoder_inputs, self_mask, targets_position, encoded, cross_mask,
+                     deterministic=deterministic, decode=decode)
+    return self.output_logits(h)
+
+  def __call__(self, inputs: jax.Array, targets: jax.Array, *,
+               inputs_segmentation: Optional[jax.Array] = None,
+               targets_segmentation: Optional[jax.Array] = None,
+               inputs_position: Optional[jax.Array] = None,
+               targets_position: Optional[jax.Array] = None,
+               deterministic: bool = True) -> jax.Array:
+    """inputs int[B, Ls], targets int[B, Lt] -> logits float[B, Lt, V]."""
+    encoded = self.encode(inputs, inputs_segmentation=inputs_segmentation,
+                          inputs_position=inputs_position, deterministic=deterministic)
+    return self.decode(encoded, inputs, targets, inputs_segmentation=inputs_segmentation,
+                       targets_segmentation=targets_segmentation,
+                       targets_position=targets_position, deterministic=deterministic)
+
+
+class DecoderOnly(nn.Module):
+  """Language model: apply(variables, tokens) -> logits float[B, L, V], logits[:, t] predicting tokens[:, t]."""
+
+  config: ModelConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embedding = TokenEmbedding(cfg, cfg.vocab_size)
+    self.decoder = Decoder(cfg, self.embedding, cross_attention=False)
+    self.output_logits = OutputLogits(cfg, cfg.vocab_size,
+                                      self.embedding if cfg.logits_via_embedding else None)
+
+  def __call__(self, tokens: jax.Array, *, segmentation: Optional[jax.Array] = None,
+               position: Optional[jax.Array] = None, deterministic: bool = True,
+               decode: bool = False) -> jax.Array:
+    """tokens int[B, L] -> logits float[B, L, V]; with decode=True, tokens is the previous token [B, 1]."""
+    if decode:
+      decoder_inputs, mask = tokens, None
+    else:
+      decoder_inputs = shift_right(tokens, segmentation)
+      valid = tokens > 0
+      mask = make_attention_mask(valid, valid, causal=True, q_segmentation=segmentation,
+                                 kv_segmentation=segmentation)
+    h = self.decoder(decoder_inputs, mask, position, deterministic=deterministic, decode=decode)
+    return self.output_logits(h)
