@@ -1,0 +1,115 @@
+"""The synthetic TFDS tasks: determinism, EOS, correct targets, held-out split kept out of train."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from transformer.data import synthetic
+from transformer.data.synthetic import EOS, NUM_RESERVED, SyntheticConfig
+
+SMALL = dict(vocab_size=8, min_len=1, max_len=6, num_train=200, num_eval=40, seed=0)
+
+
+def _cfg(task, **kw):
+  return SyntheticConfig.make(task=task, **{**SMALL, "digits": 3, **kw})
+
+
+def _body(seq):
+  """The sequence without its final EOS, as a list."""
+  return [int(t) for t in seq[:-1]]
+
+
+def _number(ids):
+  assert ids and (ids[0] != NUM_RESERVED or len(ids) == 1), f"leading zero in {ids}"
+  return int("".join(str(t - NUM_RESERVED) for t in ids))
+
+
+def _mtimes(path):
+  return {p.name: p.stat().st_mtime_ns for p in pathlib.Path(str(path)).iterdir()}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp("tfds")
+
+
+@pytest.mark.parametrize("task", synthetic.TASKS)
+def test_deterministic_by_seed(task):
+  a, b, c = synthetic.generate(_cfg(task)), synthetic.generate(_cfg(task)), synthetic.generate(
+      _cfg(task, seed=1))
+  for split in ("train", "validation"):
+    for x, y in zip(a[split], b[split]):
+      np.testing.assert_array_equal(x["inputs"], y["inputs"])
+      np.testing.assert_array_equal(x["targets"], y["targets"])
+  assert any(x["inputs"].tobytes() != z["inputs"].tobytes()
+             for x, z in zip(a["train"], c["train"]))
+
+
+@pytest.mark.parametrize("task", synthetic.TASKS)
+def test_examples_are_eos_terminated_and_correct(task):
+  cfg = _cfg(task)
+  splits = synthetic.generate(cfg)
+  assert [len(splits["train"]), len(splits["validation"])] == [200, 40]
+  vocab = synthetic.vocab_size_for(task, cfg.vocab_size)
+  for ex in splits["train"] + splits["validation"]:
+    for seq in ex.values():
+      assert seq.dtype == np.int32 and seq[-1] == EOS
+      assert np.all(seq[:-1] >= NUM_RESERVED) and np.all(seq < vocab)  # no pad/eos/unk inside
+    x, y = _body(ex["inputs"]), _body(ex["targets"])
+    if task == "addition":
+      plus = x.index(NUM_RESERVED + 10)
+      a, b = _number(x[:plus]), _number(x[plus + 1:])
+      assert max(a, b) < 10 ** cfg.digits and _number(y) == a + b
+    else:
+      assert SMALL["min_len"] <= len(x) <= SMALL["max_len"]
+      assert y == {"copy": x, "reverse": x[::-1], "sort": sorted(x)}[task]
+
+
+@pytest.mark.parametrize("task", synthetic.TASKS)
+def test_validation_is_distinct_and_kept_out_of_train(task):
+  # A tiny space (2 symbols, lengths 1..4: 30 inputs; addition 1 digit: 100) forces collisions.
+  cfg = _cfg(task, vocab_size=2, min_len=1, max_len=4, num_eval=12, digits=1)
+  splits = synthetic.generate(cfg)
+  held_out = [ex["inputs"].tobytes() for ex in splits["validation"]]
+  assert len(set(held_out)) == len(held_out)
+  assert not set(held_out) & {ex["inputs"].tobytes() for ex in splits["train"]}
+
+
+def test_too_small_space_and_bad_params_raise():
+  with pytest.raises(ValueError, match="distinct inputs"):
+    synthetic.generate(_cfg("copy", vocab_size=2, min_len=1, max_len=2, num_eval=4))
+  with pytest.raises(ValueError, match="Unknown synthetic task"):
+    _cfg("multiply")
+  with pytest.raises(ValueError, match="max_len"):
+    _cfg("copy", min_len=5, max_len=4)
+
+
+def test_names_encode_params_and_vocab():
+  assert _cfg("copy", vocab_size=32, min_len=4, max_len=16, num_train=10000,
+              num_eval=500).name == "copy-v32-l4_16-n10000_500-s0"
+  # Parameters addition ignores do not change its name.
+  assert _cfg("addition", vocab_size=5).name == _cfg("addition").name == "addition-d3-n200_40-s0"
+  assert synthetic.vocab_size_for("copy", 32) == 35
+  assert synthetic.vocab_size_for("addition", 32) == 14
+
+
+def test_to_text():
+  assert synthetic.to_text([4, 5, 13, 12, 1, 0], "addition") == "12+9"
+  assert synthetic.to_text(np.array([[3, 4, 2, 5, 1, 7]]), "copy") == "a b <unk> c"
+  assert synthetic.to_text([3 + 60, 0, 0], "sort") == "#60"
+
+
+@pytest.mark.parametrize("task", ["reverse", "addition"])
+def test_builder_matches_generate_and_is_reused(data_dir, task):
+  builder = synthetic.build_synthetic(data_dir, task=task, **SMALL)
+  mtimes = _mtimes(builder.data_path)
+  expected = synthetic.generate(builder.builder_config)
+  for split in ("train", "validation"):
+    src = builder.as_data_source(split)
+    got = sorted((ex["inputs"].tobytes(), ex["targets"].tobytes()) for ex in src)
+    want = sorted((ex["inputs"].tobytes(), ex["targets"].tobytes()) for ex in expected[split])
+    assert got == want  # TFDS reorders examples on write; the multiset is the same
+  again = synthetic.build_synthetic(data_dir, task=task, **SMALL)
+  assert again.data_path == builder.data_path
+  assert _mtimes(again.data_path) == mtimes  # not regenerated

@@ -1,0 +1,133 @@
+"""The one token-level loss used by training, evaluation and analysis.
+
+`cross_entropy` returns weighted SUMS (never means) so that data-parallel shards and
+successive eval batches combine exactly by addition; `summarize` turns sums into the
+logged means.
+"""
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class LossOutput(NamedTuple):
+  """Weighted sums over positions (float32 scalars), plus the per-position log partition.
+
+  loss_sum:    the training objective: smoothed cross-entropy + z-loss.
+  nll_sum:     plain (unsmoothed) cross-entropy -log p(target), for perplexity.
+  z_loss_sum:  the z-loss term actually added, z_loss * log(Z)^2 (0 when z_loss = 0).
+  correct_sum: positions whose argmax equals the target.
+  weight_sum:  the total weight (the token count with the default pad mask).
+  log_z:       float32[B, L] log-sum-exp of the logits, unweighted; NOT a sum, so drop it
+               before adding outputs together: `a._replace(log_z=None)`.
+  """
+
+  loss_sum: jax.Array
+  nll_sum: jax.Array
+  z_loss_sum: jax.Array
+  correct_sum: jax.Array
+  weight_sum: jax.Array
+  log_z: jax.Array | None = None
+
+
+def _smoothed_entropy(vocab_size: int, label_smoothing: float) -> float:
+  """Entropy of the smoothed target distribution (1 - eps on the target, eps/(V-1) elsewhere)."""
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab_size - 1)
+
+  def xlogx(x: float) -> float:
+    return x * math.log(x) if x > 0 else 0.0
+
+  return -(xlogx(confidence) + (vocab_size - 1) * xlogx(low))
+
+
+def cross_entropy(
+    logits: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array | None = None,
+    *,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+) -> LossOutput:
+  """Weighted token cross-entropy with optional label smoothing and z-loss, in float32.
+
+  Args:
+    logits: float[B, L, V], any float dtype; upcast to float32 before anything else.
+    targets: int[B, L] token ids.
+    weights: float[B, L], or None for `targets > 0` (pad id 0 contributes nothing).
+      Given weights are used as they are (not combined with the pad mask).
+    label_smoothing: eps in [0, 1), a Python float. The target distribution q puts 1 - eps
+      on the target and eps / (V - 1) on every other token (the paper / tensor2tensor).
+      The constant entropy H(q) is subtracted, as in the Flax WMT example, so the smoothed
+      loss is KL(q || p): 0 for the model that predicts q exactly, and >= 0 otherwise.
+      (A model more confident than q is therefore penalised.)
+    z_loss: coefficient c >= 0 of the auxiliary c * log(Z)^2 per position, which keeps the
+      softmax normaliser near 1 (PaLM; Wortsman et al. 2023 use c = 1e-4).
+
+  Returns:
+    LossOutput of float32 sums over all positions (see its docstring).
+  """
+  if logits.ndim != targets.ndim + 1 or logits.shape[:-1] != targets.shape:
+    raise ValueError(
+        f"cross_entropy needs logits [B, L, V] and targets [B, L], got {logits.shape} and "
+        f"{targets.shape}.")
+  if not 0.0 <= label_smoothing < 1.0:
+    raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
+  if z_loss < 0.0:
+    raise ValueError(f"z_loss must be >= 0, got {z_loss}.")
+  vocab_size = logits.shape[-1]
+  if label_smoothing > 0.0 and vocab_size < 2:
+    raise ValueError("label_smoothing needs a vocabulary of at least 2 tokens.")
+
+  logits = logits.astype(jnp.float32)
+  if weights is None:
+    weights = (targets > 0).astype(jnp.float32)
+  else:
+    weights = weights.astype(jnp.float32)
+
+  # log p_v = logits_v - log_z; the target term and the sum over v are taken from the logits
+  # directly, so no [B, L, V] one-hot or log-softmax array is built.
+  log_z = jax.nn.logsumexp(logits, axis=-1)  # [B, L]
+  target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  nll = log_z - target_logit  # [B, L]
+
+  if label_smoothing > 0.0:
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / (vocab_size - 1)
+    sum_log_p = jnp.sum(logits, axis=-1) - vocab_size * log_z  # sum_v log p_v, [B, L]
+    # -sum_v q_v log p_v = confidence * nll - low * (sum_v log p_v - log p_target).
+    smoothed = confidence * nll - low * (sum_log_p + nll)
+    smoothed = smoothed - _smoothed_entropy(vocab_size, label_smoothing)
+  else:
+    smoothed = nll
+
+  z_term = z_loss * jnp.square(log_z)
+  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  return LossOutput(
+      loss_sum=jnp.sum(weights * (smoothed + z_term)),
+      nll_sum=jnp.sum(weights * nll),
+      z_loss_sum=jnp.sum(weights * z_term),
+      correct_sum=jnp.sum(weights * correct),
+      weight_sum=jnp.sum(weights),
+      log_z=log_z,
+  )
+
+
+def summarize(out: LossOutput) -> dict[str, jax.Array]:
+  """Means per unit weight: loss, nll, perplexity = exp(nll), accuracy, z_loss, weight_sum.
+
+  With weight_sum == 0 the means are 0 (perplexity 1) rather than NaN.
+  """
+  # Divide by 1 when nothing was weighted: every sum is then 0 too.
+  denom = jnp.where(out.weight_sum > 0, out.weight_sum, 1.0)
+  nll = out.nll_sum / denom
+  return {
+      "loss": out.loss_sum / denom,
+      "nll": nll,
+      "perplexity": jnp.exp(nll),
+      "accuracy": out.correct_sum / denom,
+      "z_loss": out.z_loss_sum / denom,
+      "weight_sum": out.weight_sum,
+  }

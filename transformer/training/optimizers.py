@@ -1,0 +1,122 @@
+"""The optimizer built from an experiment config: clipping -> optimizer, inside grad accumulation.
+
+Config fields (defaults in `default_optimizer_fields`, the one place they live):
+  optimizer        'adam' (the paper), 'adamw', 'adafactor', 'sgd' (with momentum)
+  learning_rate    the schedule's peak (see schedules.py)
+  schedule         'rsqrt', 'cosine', 'constant', 'linear'
+  warmup_steps     optimizer updates of warmup
+  num_train_steps  optimizer updates in the run (the decay horizon)
+  weight_decay     decoupled weight decay, 'adamw' only; applied to params with ndim >= 2
+  adam_b1, adam_b2, adam_eps   'adam' and 'adamw'
+  momentum         'sgd'; 0 = plain SGD
+  grad_clip_norm   clip the global gradient norm to this; 0 = off
+  grad_accum_steps average this many micro-batch gradients per update; 1 = off
+
+Steps are counted in optimizer updates: with grad_accum_steps = k the loop makes
+k * num_train_steps train_step calls (micro-steps) and each update sees a batch of
+k * batch_size examples.
+"""
+
+from typing import Any
+
+import jax
+import ml_collections
+import optax
+
+from transformer.training import schedules
+
+OPTIMIZERS = ("adam", "adamw", "adafactor", "sgd")
+
+
+def default_optimizer_fields() -> dict[str, Any]:
+  """The optimizer fields with the paper's defaults (Adam 0.9/0.98/1e-9, rsqrt, 4000 warmup).
+
+  Use in configs/*.py: `config.update(default_optimizer_fields())`, then override. No field is
+  None, so each stays overridable as --config.FIELD=VALUE.
+  """
+  return dict(
+      optimizer="adam",
+      learning_rate=schedules.paper_peak_learning_rate(512, 4000),  # 6.99e-4, base model.
+      schedule="rsqrt",
+      warmup_steps=4000,
+      num_train_steps=100_000,
+      weight_decay=0.1,
+      adam_b1=0.9,
+      adam_b2=0.98,
+      adam_eps=1e-9,
+      momentum=0.9,
+      grad_clip_norm=0.0,
+      grad_accum_steps=1,
+  )
+
+
+def _check_fields(config: ml_collections.ConfigDict) -> None:
+  missing = [k for k in default_optimizer_fields() if k not in config]
+  if missing:
+    raise ValueError(
+        f"The config lacks optimizer field(s) {', '.join(missing)}; add them with "
+        "config.update(transformer.training.optimizers.default_optimizer_fields()).")
+  if config.optimizer not in OPTIMIZERS:
+    raise ValueError(
+        f"Unknown optimizer {config.optimizer!r}; use one of {', '.join(OPTIMIZERS)}.")
+  if not (isinstance(config.grad_accum_steps, int) and config.grad_accum_steps >= 1):
+    raise ValueError(
+        f"grad_accum_steps must be an integer >= 1 (1 = off), got {config.grad_accum_steps!r}.")
+  if config.grad_clip_norm is not None and config.grad_clip_norm < 0:
+    raise ValueError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
+
+
+def _update_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+  """The schedule as a function of the optimizer-update count."""
+  return schedules.make_schedule(
+      config.schedule,
+      learning_rate=config.learning_rate,
+      warmup_steps=config.warmup_steps,
+      total_steps=config.num_train_steps)
+
+
+def learning_rate_fn(config: ml_collections.ConfigDict) -> optax.Schedule:
+  """For logging: train_step calls made so far (micro-steps) -> the rate of the current update.
+
+  With grad accumulation the schedule advances once per k = grad_accum_steps calls, so
+  this is the update schedule at step // k.
+  """
+  _check_fields(config)
+  schedule = _update_schedule(config)
+  k = config.grad_accum_steps
+  return schedule if k == 1 else (lambda step: schedule(step // k))
+
+
+def _decay_mask(params: Any) -> Any:
+  # Decay matrices and embeddings, not biases or norm scales (the usual AdamW practice).
+  return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """The optimizer for `config` (fields in the module docstring).
+
+  Order: [clip_by_global_norm] -> optimizer, all inside optax.MultiSteps when accumulating,
+  so clipping and the update act on the mean gradient of the k micro-batches, as on one
+  large batch. Non-final micro-steps return zero updates.
+  """
+  _check_fields(config)
+  lr = _update_schedule(config)
+  name = config.optimizer
+  if name == "adam":
+    opt = optax.adam(lr, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+  elif name == "adamw":
+    opt = optax.adamw(
+        lr, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps,
+        weight_decay=config.weight_decay, mask=_decay_mask)
+  elif name == "adafactor":
+    # optax defaults (factored second moments, update clipping 1.0, relative step size:
+    # updates are scaled by the parameter RMS, so useful rates are larger, e.g. 1e-2).
+    opt = optax.adafactor(lr)
+  else:
+    opt = optax.sgd(lr, momentum=config.momentum or None)
+
+  if config.grad_clip_norm:
+    opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
+  if config.grad_accum_steps > 1:
+    opt = optax.MultiSteps(opt, every_k_schedule=config.grad_accum_steps).gradient_transformation()
+  return opt

@@ -1,0 +1,71 @@
+"""Learning-rate schedules, all with `learning_rate` as the peak value.
+
+Steps: optax calls a schedule with the number of updates already applied, `step` = 0, 1, ...
+Every schedule here works with s = step + 1 (the paper counts from 1), so the first update
+already gets a nonzero rate and the peak is reached at s == warmup_steps. The decaying
+schedules reach 0 at s == total_steps + 1, one past the last of the total_steps updates,
+so no update is wasted with a zero rate.
+"""
+
+import math
+
+import jax.numpy as jnp
+import optax
+
+SCHEDULES = ("rsqrt", "cosine", "constant", "linear")
+
+
+def paper_peak_learning_rate(d_model: int, warmup_steps: int) -> float:
+  """The peak of Vaswani et al. (2017) eq. 3: d_model^-0.5 * warmup^-0.5.
+
+  Base model (512, 4000): 6.99e-4. Pass it as `learning_rate` to 'rsqrt' to reproduce
+  the paper's schedule exactly.
+  """
+  return d_model**-0.5 * warmup_steps**-0.5
+
+
+def make_schedule(
+    name: str, *, learning_rate: float, warmup_steps: int, total_steps: int
+) -> optax.Schedule:
+  """A schedule `step -> float32 learning rate` (jit-friendly).
+
+  'rsqrt':    the paper's eq. 3 with its constant folded into the peak:
+              lr = learning_rate * min(s / warmup, sqrt(warmup / s)). With learning_rate =
+              paper_peak_learning_rate(d_model, warmup) this is exactly
+              d_model^-0.5 * min(s^-0.5, s * warmup^-1.5). Ignores total_steps.
+  'cosine':   linear warmup, then cosine decay to 0 at s == total_steps + 1.
+  'constant': linear warmup, then constant. Ignores total_steps.
+  'linear':   linear warmup, then linear decay to 0 at s == total_steps + 1.
+
+  Linear warmup is lr * min(1, s / warmup); warmup_steps = 0 means none (not for 'rsqrt').
+  """
+  if name not in SCHEDULES:
+    raise ValueError(f"Unknown schedule {name!r}; use one of {', '.join(SCHEDULES)}.")
+  if warmup_steps < 0:
+    raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}.")
+  if name == "rsqrt" and warmup_steps == 0:
+    raise ValueError("The 'rsqrt' schedule needs warmup_steps >= 1 (its peak is at warmup).")
+  if name in ("cosine", "linear") and total_steps < warmup_steps:
+    raise ValueError(
+        f"The {name!r} schedule needs total_steps >= warmup_steps, got {total_steps} < "
+        f"{warmup_steps}.")
+  warmup = max(warmup_steps, 1)  # A warmup of 0 or 1 both give the peak at s = 1.
+  decay_steps = total_steps + 1 - warmup  # From the peak at s = warmup to 0 at total + 1.
+
+  def schedule(step):
+    s = jnp.asarray(step, jnp.float32) + 1.0
+    if name == "rsqrt":
+      return learning_rate * jnp.minimum(s / warmup, jnp.sqrt(warmup / s))
+    ramp = jnp.minimum(1.0, s / warmup)
+    # The fraction of the decay still ahead, 1 at the peak; counted down from the end so
+    # that it is exactly 0 there (1 - progress can round to 1e-7).
+    remaining = jnp.clip((total_steps + 1 - s) / decay_steps, 0.0, 1.0)
+    if name == "cosine":
+      decay = 0.5 * (1.0 - jnp.cos(math.pi * remaining))
+    elif name == "linear":
+      decay = remaining
+    else:
+      decay = 1.0
+    return learning_rate * ramp * decay
+
+  return schedule
