@@ -272,19 +272,25 @@ class Checkpointer:
     return bool(saved)
 
   def _move_aside(self, step: int) -> None:
-    """Renames a damaged step dir out of orbax's sight (kept for a post-mortem)."""
+    self.set_aside(step, "corrupt")
+
+  def set_aside(self, step: int, reason: str) -> str:
+    """Renames step dir `<step>` to `<step>.<reason>`, out of orbax's sight but kept for a
+    post-mortem (e.g. 'corrupt', or 'nonfinite' for params that gave a non-finite loss)."""
+    self._manager.wait_until_finished()
     src = self.directory / str(step)
-    dst = self.directory / f"{step}.corrupt"
+    dst = self.directory / f"{step}.{reason}"
     if dst.exists():
-      dst = self.directory / f"{step}.corrupt-{int(time.time())}"
+      dst = self.directory / f"{step}.{reason}-{int(time.time())}"
     if jax.process_index() == 0:
-      log.warning("Moving damaged checkpoint %s to %s before saving step %d again.", src, dst, step)
+      log.warning("Moving checkpoint %s aside to %s (%s).", src, dst, reason)
       src.rename(dst)
     self._barriers += 1
     ocp.multihost.sync_global_processes(  # barrier names must be unique
         f"transformer_checkpoint_move_aside_{step}_{self._barriers}")
     self._manager.reload()
     self._corrupt.discard(step)
+    return os.fspath(dst)
 
   # ---- restore ----
   def restore(self, abstract_state: Any, *, data_iter: Any = None,

@@ -1,11 +1,12 @@
 """Grain input pipelines over TFDS data sources (array_record, no TensorFlow).
 
-`get_datasets(config)` gives host-local numpy batches: each process reads its own disjoint
-shard (examples process_index::process_count) and batches batch_size // process_count rows.
+`get_datasets(config)` gives host-local numpy batches: every process draws the same global
+batches of example indices and reads only its own batch_size // process_count rows of each,
+so the stream does not depend on the process count and no two processes read one example.
 Train: shuffled (seeded, reshuffled every epoch), repeated forever, checkpointable iterator.
-Eval: every example of the shard exactly once, the last batch topped up with all-zero rows
-(zero tokens = zero weight), and the same number of batches on every process so that a
-multi-host jitted eval step never waits on a process that has run out.
+Eval: every example exactly once, the last batch topped up with all-zero rows (zero tokens =
+zero weight), the same number of batches on every process so that a multi-host jitted eval
+step never waits on a process that has run out.
 
 A dataset is a name in SOURCES -> function(config) -> Sources (two random-access data sources
 plus vocabulary facts); a real corpus plugs in by adding one entry.
@@ -114,6 +115,27 @@ class ReadBatch:
     return self.pad(examples)
 
 
+class ConcatForLM:
+  """A seq2seq source read as a language-model source: {'targets': inputs ++ targets}."""
+
+  def __init__(self, source: Sequence[Example]):
+    self.source = source
+
+  def __len__(self) -> int:
+    return len(self.source)
+
+  def _join(self, ex: Example) -> Example:
+    return {"targets": np.concatenate([ex["inputs"], ex["targets"]])}
+
+  def __getitem__(self, i: int) -> Example:
+    return self._join(self.source[i])
+
+  def __getitems__(self, indices: Sequence[int]) -> list[Example]:
+    getitems = getattr(self.source, "__getitems__", None)
+    examples = getitems(indices) if getitems else [self.source[i] for i in indices]
+    return [self._join(ex) for ex in examples]
+
+
 def _ceil_div(a: int, b: int) -> int:
   return -(-a // b)
 
@@ -167,6 +189,9 @@ def get_datasets(config: ml_collections.ConfigDict, *, process_index: int | None
                      f"process count {process_count}; set batch_size to a multiple of it.")
   local_batch = config.batch_size // process_count
   sources = SOURCES[config.dataset](config)
+  if config.get("model_type") == "lm" and "inputs" in sources.keys:
+    sources = dataclasses.replace(sources, train=ConcatForLM(sources.train),
+                                  eval=ConcatForLM(sources.eval), keys=("targets",))
   num_train, num_eval = len(sources.train), len(sources.eval)
   if num_train < process_count:
     raise ValueError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
@@ -175,21 +200,25 @@ def get_datasets(config: ml_collections.ConfigDict, *, process_index: int | None
                            prefetch_buffer_size=config.get("data_prefetch", 4))
 
   # Pipelines run over example indices and read each batch in bulk (see ReadBatch).
-  # Train: shard before shuffling, so processes never share an example; repeat() reseeds the
-  # shuffle each epoch; batches may straddle epochs (drop_remainder only trims infinity).
+  # Global batches of indices are drawn identically on every process (same seed), and each
+  # process reads only its own rows of each: so the training stream is the same whatever
+  # the process count (a 2-host run sees the batches of a 1-host run), and processes never
+  # share an example. repeat() reshuffles every epoch; batches may straddle epochs.
   pad = PadBatch(sources.keys, local_batch, config.max_len)
-  train = (grain.MapDataset.range(num_train)[process_index::process_count]
+  rows = slice(process_index * local_batch, (process_index + 1) * local_batch)
+  train = (grain.MapDataset.range(num_train)
            .shuffle(seed=config.seed).repeat()
-           .batch(local_batch, drop_remainder=True)
+           .batch(config.batch_size, drop_remainder=True)
+           .map(lambda indices: indices[rows])
            .map(ReadBatch(sources.train, pad))
            .to_iter_dataset(read))
 
-  # Eval: every process runs as many batches as the largest shard needs; -1 = zero row.
-  num_batches = _ceil_div(_ceil_div(num_eval, process_count), local_batch)
-  shard = list(range(process_index, num_eval, process_count))
-  indices = np.full(num_batches * local_batch, -1, np.int64)
-  indices[:len(shard)] = shard
-  evaluation = (grain.MapDataset.source(indices).batch(local_batch)
+  # Eval: global batches over the split in order, topped up with -1 (= zero rows); each
+  # process reads its rows, so every example is seen exactly once, on exactly one process.
+  num_batches = _ceil_div(num_eval, config.batch_size)
+  indices = np.full(num_batches * config.batch_size, -1, np.int64)
+  indices[:num_eval] = np.arange(num_eval)
+  evaluation = (grain.MapDataset.source(indices.reshape(num_batches, config.batch_size)[:, rows])
                 .map(ReadBatch(sources.eval, pad))
                 .to_iter_dataset(read))
 

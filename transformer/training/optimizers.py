@@ -1,4 +1,4 @@
-"""The optimizer built from an experiment config: clipping -> optimizer, inside grad accumulation.
+"""The optimizer built from an experiment config: gradient clipping, then the optimizer.
 
 Config fields (defaults in `default_optimizer_fields`, the one place they live):
   optimizer        'adam' (the paper), 'adamw', 'adafactor', 'sgd' (with momentum)
@@ -10,11 +10,11 @@ Config fields (defaults in `default_optimizer_fields`, the one place they live):
   adam_b1, adam_b2, adam_eps   'adam' and 'adamw'
   momentum         'sgd'; 0 = plain SGD
   grad_clip_norm   clip the global gradient norm to this; 0 = off
-  grad_accum_steps average this many micro-batch gradients per update; 1 = off
+  grad_accum_steps split each batch into this many micro-batches whose gradients are summed
+                   before the one update (transformer.training.steps); 1 = off
 
-Steps are counted in optimizer updates: with grad_accum_steps = k the loop makes
-k * num_train_steps train_step calls (micro-steps) and each update sees a batch of
-k * batch_size examples.
+Steps are counted in optimizer updates: one train_step call is one update on the whole
+batch_size, whatever grad_accum_steps is (it only trades memory for time).
 """
 
 from typing import Any
@@ -76,15 +76,9 @@ def _update_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
 
 
 def learning_rate_fn(config: ml_collections.ConfigDict) -> optax.Schedule:
-  """For logging: train_step calls made so far (micro-steps) -> the rate of the current update.
-
-  With grad accumulation the schedule advances once per k = grad_accum_steps calls, so
-  this is the update schedule at step // k.
-  """
+  """For logging: optimizer updates made so far -> the learning rate of the next update."""
   _check_fields(config)
-  schedule = _update_schedule(config)
-  k = config.grad_accum_steps
-  return schedule if k == 1 else (lambda step: schedule(step // k))
+  return _update_schedule(config)
 
 
 def _decay_mask(params: Any) -> Any:
@@ -95,9 +89,8 @@ def _decay_mask(params: Any) -> Any:
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """The optimizer for `config` (fields in the module docstring).
 
-  Order: [clip_by_global_norm] -> optimizer, all inside optax.MultiSteps when accumulating,
-  so clipping and the update act on the mean gradient of the k micro-batches, as on one
-  large batch. Non-final micro-steps return zero updates.
+  Order: [clip_by_global_norm] -> optimizer. Gradient accumulation happens before, in the
+  train step, so clipping and the update see the gradient of the whole batch.
   """
   _check_fields(config)
   lr = _update_schedule(config)
@@ -117,6 +110,4 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
 
   if config.grad_clip_norm:
     opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
-  if config.grad_accum_steps > 1:
-    opt = optax.MultiSteps(opt, every_k_schedule=config.grad_accum_steps).gradient_transformation()
   return opt

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Train on a Cloud TPU VM or a multi-host TPU slice: create it, put this repository on every
+# worker, install, run scripts/train.py on all workers at once, delete it.
+#
+#   TPU_NAME=my-tpu ZONE=europe-west4-b ACCELERATOR_TYPE=v5litepod-16 bash launch/tpu_vm.sh create
+#   TPU_NAME=my-tpu bash launch/tpu_vm.sh setup
+#   TPU_NAME=my-tpu WORKDIR=gs://my-bucket/runs/base bash launch/tpu_vm.sh train [--config.FIELD=VALUE ...]
+#   TPU_NAME=my-tpu bash launch/tpu_vm.sh delete
+#
+# On a slice every worker runs the same command; train.py, given no --coordinator_address,
+# calls jax.distributed.initialize() with no arguments, which on Cloud TPU finds the other
+# workers by itself. Every worker writes checkpoints and reads the workdir, so on a slice of
+# more than one host the workdir must be shared: use a GCS bucket (gs://...) in the TPU's
+# region that the TPU VM's service account can write.
+#
+# `--worker=all` makes gcloud ssh into every worker; load your key into an agent first:
+#   ssh-add ~/.ssh/google_compute_engine
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: bash launch/tpu_vm.sh {create|setup|train|stop|delete} [--config.FIELD=VALUE ...]
+
+  create   gcloud compute tpus tpu-vm create TPU_NAME (ACCELERATOR_TYPE, RUNTIME_VERSION)
+  setup    copy this checkout (or git clone REPO_URL) to every worker; pip install it with jax[tpu]
+  train    run scripts/train.py on every worker at once; extra arguments go to train.py
+  stop     stop a DETACH=1 training run on every worker
+  delete   gcloud compute tpus tpu-vm delete TPU_NAME
+
+Environment:
+  TPU_NAME          (required) name of the TPU VM / slice
+  ZONE              zone                              (default: europe-west4-b)
+  PROJECT           project                           (default: gcloud's core/project)
+  ACCELERATOR_TYPE  e.g. v4-32, v5litepod-16, v5p-32, v6e-16 (default: v5litepod-16)
+  RUNTIME_VERSION   TPU software version  (default: from ACCELERATOR_TYPE: v6e -> v2-alpha-tpuv6e,
+                    v5p -> v2-alpha-tpuv5, v5litepod/v5e -> v2-alpha-tpuv5-lite, else tpu-ubuntu2204-base)
+  SPOT              1 = create a Spot TPU             (default: 0)
+  REPO_URL          git URL to clone on the workers instead of copying this checkout (default: copy)
+  REPO_REF          branch or tag of REPO_URL         (default: the remote's default branch)
+  REMOTE_DIR        checkout directory on the workers, relative to home (default: transformer)
+  JAX_SPEC          pip requirement for JAX on TPU    (default: jax[tpu])
+  CONFIG            experiment config                 (default: configs/default.py)
+  WORKDIR           (required for train) run directory; gs://BUCKET/PATH on a multi-host slice
+  DETACH            1 = train under nohup, log to ~/train.log on each worker, return at once (default: 0)
+EOF
+}
+
+die() { echo "tpu_vm.sh: $*" >&2; exit 2; }
+
+[ $# -ge 1 ] || { usage >&2; exit 2; }
+command_name="$1"
+shift
+case "$command_name" in
+  -h|--help|help) usage; exit 0 ;;
+  create|setup|train|stop|delete) ;;
+  *) usage >&2; die "unknown command '$command_name'" ;;
+esac
+
+[ -n "${TPU_NAME:-}" ] || { usage >&2; die "TPU_NAME is not set"; }
+ZONE="${ZONE:-europe-west4-b}"
+PROJECT="${PROJECT:-}"
+ACCELERATOR_TYPE="${ACCELERATOR_TYPE:-v5litepod-16}"
+SPOT="${SPOT:-0}"
+REPO_URL="${REPO_URL:-}"
+REPO_REF="${REPO_REF:-}"
+REMOTE_DIR="${REMOTE_DIR:-transformer}"
+JAX_SPEC="${JAX_SPEC:-jax[tpu]}"
+CONFIG="${CONFIG:-configs/default.py}"
+WORKDIR="${WORKDIR:-}"
+DETACH="${DETACH:-0}"
+GCLOUD="${GCLOUD:-gcloud}"
+if [ -z "${RUNTIME_VERSION:-}" ]; then
+  case "$ACCELERATOR_TYPE" in
+    v6e-*) RUNTIME_VERSION=v2-alpha-tpuv6e ;;
+    v5p-*) RUNTIME_VERSION=v2-alpha-tpuv5 ;;
+    v5litepod-*|v5e-*) RUNTIME_VERSION=v2-alpha-tpuv5-lite ;;
+    *) RUNTIME_VERSION=tpu-ubuntu2204-base ;;
+  esac
+fi
+case "$REMOTE_DIR" in
+  /*|'~'*) ;;
+  *) REMOTE_DIR="\$HOME/$REMOTE_DIR" ;;  # expanded by the worker's shell
+esac
+
+location=(--zone="$ZONE")
+if [ -n "$PROJECT" ]; then location+=(--project="$PROJECT"); fi
+
+# Run a shell command on every worker of the slice at once.
+on_all_workers() {
+  "$GCLOUD" compute tpus tpu-vm ssh "$TPU_NAME" "${location[@]}" --worker=all --command="$1"
+}
+
+# Quote words for the workers' bash.
+quote() {
+  local quoted
+  quoted="$(printf '%q ' "$@")"
+  printf '%s' "${quoted% }"
+}
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+case "$command_name" in
+  create)
+    extra=()
+    if [ "$SPOT" = 1 ]; then extra+=(--spot); fi
+    "$GCLOUD" compute tpus tpu-vm create "$TPU_NAME" "${location[@]}" \
+      --accelerator-type="$ACCELERATOR_TYPE" --version="$RUNTIME_VERSION" ${extra[@]+"${extra[@]}"}
+    ;;
+
+  setup)
+    if [ -n "$REPO_URL" ]; then
+      branch=()
+      if [ -n "$REPO_REF" ]; then branch=(--branch "$REPO_REF"); fi
+      fetch="if [ -d $REMOTE_DIR/.git ]; then git -C $REMOTE_DIR pull --ff-only; \
+else git clone $(quote ${branch[@]+"${branch[@]}"} "$REPO_URL") $REMOTE_DIR; fi"
+    else
+      # The working tree as it is (tracked and untracked files, not the ignored ones).
+      command -v git >/dev/null 2>&1 || die "git is needed to pack this checkout; or set REPO_URL"
+      tarball="$(mktemp "${TMPDIR:-/tmp}/transformer-src.XXXXXX")"
+      trap 'rm -f "$tarball"' EXIT
+      (cd "$repo_root" && git ls-files -z --cached --others --exclude-standard \
+        | while IFS= read -r -d '' f; do if [ -e "$f" ]; then printf '%s\0' "$f"; fi; done \
+        | tar --null -T - -czf "$tarball")
+      "$GCLOUD" compute tpus tpu-vm scp "$tarball" "$TPU_NAME:transformer-src.tar.gz" \
+        "${location[@]}" --worker=all
+      fetch="mkdir -p $REMOTE_DIR && tar -xzf \$HOME/transformer-src.tar.gz -C $REMOTE_DIR \
+&& rm \$HOME/transformer-src.tar.gz"
+    fi
+    # One pip call, so the resolver picks a jax[tpu] within the package's pinned range.
+    on_all_workers "set -e; $fetch; cd $REMOTE_DIR; python3 -m pip install --upgrade pip; \
+python3 -m pip install -e . $(quote "$JAX_SPEC") \
+-f https://storage.googleapis.com/jax-releases/libtpu_releases.html; \
+python3 -c 'import jax; jax.distributed.initialize(); \
+print(\"process\", jax.process_index(), \"of\", jax.process_count(), \"devices\", jax.device_count())'"
+    ;;
+
+  train)
+    [ -n "$WORKDIR" ] || { usage >&2; die "WORKDIR is not set (for a multi-host slice: gs://BUCKET/PATH)"; }
+    case "$WORKDIR" in
+      gs://*) ;;
+      *) echo "tpu_vm.sh: warning: WORKDIR=$WORKDIR is local to each worker; on a multi-host" \
+           "slice use gs://BUCKET/PATH so all workers share it" >&2 ;;
+    esac
+    train="python3 scripts/train.py $(quote --config="$CONFIG" --workdir="$WORKDIR" "$@")"
+    if [ "$DETACH" = 1 ]; then
+      on_all_workers "cd $REMOTE_DIR || exit 1; nohup $train > \$HOME/train.log 2>&1 < /dev/null & \
+echo \$! > \$HOME/train.pid; echo \"worker \$(hostname): started pid \$(cat \$HOME/train.pid), log ~/train.log\""
+    else
+      on_all_workers "cd $REMOTE_DIR && $train"
+    fi
+    ;;
+
+  stop)
+    on_all_workers "if [ -f \$HOME/train.pid ]; then kill \$(cat \$HOME/train.pid) 2>/dev/null || true; \
+rm -f \$HOME/train.pid; fi"
+    ;;
+
+  delete)
+    "$GCLOUD" compute tpus tpu-vm delete "$TPU_NAME" "${location[@]}" --quiet
+    ;;
+esac

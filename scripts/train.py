@@ -1,0 +1,56 @@
+"""Trains a model: python scripts/train.py --config=configs/default.py --workdir=DIR.
+
+Every config field is overridable as --config.FIELD=VALUE (and --config.model.FIELD=VALUE).
+Multi-host: JAX detects TPU pod slices and SLURM; elsewhere pass --coordinator_address,
+--num_processes and --process_id (see launch/).
+"""
+
+import logging as pylogging
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints, logs and config.json go.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "host:port of process 0, for multi-host runs without auto-detection.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-host run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-host run.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+class _OnlyOwnInfo(pylogging.Filter):
+  """Library INFO chatter (orbax logs every file it renames) is dropped; warnings stay."""
+
+  def filter(self, record: pylogging.LogRecord) -> bool:
+    return record.levelno >= pylogging.WARNING or "site-packages" not in record.pathname
+
+
+def main(argv):
+  logging.get_absl_handler().addFilter(_OnlyOwnInfo())
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  # Imported here so that flag errors are reported before jax starts.
+  from transformer.training import loop, sharding
+
+  sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  try:
+    final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (loop.TrainingError, ValueError, FileNotFoundError) as e:
+    logging.error("%s", e)
+    sys.exit(f"error: {e}")
+  logging.info("final metrics: %s", final)
+
+
+def run():
+  try:
+    app.run(main)
+  except (KeyError, AttributeError, ValueError, TypeError) as e:  # config file / override mistakes
+    message = str(e).strip("'\"").replace("\\n", " ").replace("\n", " ")
+    sys.exit(f"error: bad --config or override: {message}")
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,66 @@
+"""Experiment configs: every ModelConfig field overridable, recipes resolved, the configs load."""
+
+import math
+
+import jax
+import pytest
+
+from conftest import REPO
+from transformer.training import experiment
+from transformer.training.schedules import paper_peak_learning_rate
+
+
+def test_every_model_field_has_an_override_slot():
+  import dataclasses
+  from transformer.config import ModelConfig
+  model = experiment.model_fields()
+  assert set(model) == {"recipe"} | {f.name for f in dataclasses.fields(ModelConfig)}
+
+
+def test_overrides_and_scales_parse():
+  config = experiment.base_config()
+  config.model.recipe = "flax_wmt"
+  config.model.embed_scale = "2.5"  # as --config.model.embed_scale=2.5 gives it
+  config.model.attention_scale = "inv_dk"
+  config.model.d_model = 64
+  config.model.num_heads = 4
+  cfg = experiment.model_config(config, vocab_size=100)
+  assert cfg.embed_scale == 2.5 and cfg.attention_scale == "inv_dk"
+  assert cfg.embed_init_std == 1.0 and cfg.logits_scale == "inv_sqrt_d"  # from the recipe
+  assert cfg.vocab_size == 100 and cfg.max_len == config.max_len  # from the data
+
+
+def test_bad_values():
+  config = experiment.base_config()
+  config.model_type = "bert"
+  with pytest.raises(ValueError, match="model_type"):
+    experiment.model_config(config, 10)
+  config = experiment.base_config()
+  config.model.vocab_size = 5
+  with pytest.raises(ValueError, match="smaller than the dataset"):
+    experiment.model_config(config, 10)
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    experiment.load_config("configs/nope.py")
+
+
+@pytest.mark.parametrize("name", ["default", "base", "big", "lm"])
+def test_configs_build_their_models(name):
+  config = experiment.load_config(str(REPO / "configs" / f"{name}.py"))
+  cfg = experiment.model_config(config, vocab_size=35)
+  from transformer.training import loop
+  model = loop.build_model(config, cfg)
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                          *([jax.ShapeDtypeStruct((1, 8), "int32")] *
+                            (1 if config.model_type == "lm" else 2)))
+  assert shapes["params"]
+  if name in ("base", "big"):
+    d = cfg.d_model
+    assert (config.adam_b1, config.adam_b2, config.adam_eps) == (0.9, 0.98, 1e-9)
+    assert config.warmup_steps == 4000 and config.label_smoothing == 0.1
+    assert config.learning_rate == pytest.approx(paper_peak_learning_rate(d, 4000))
+    assert math.isclose(config.learning_rate, d ** -0.5 * 4000 ** -0.5)
+  if name == "base":
+    assert (cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.num_encoder_layers, cfg.dropout_rate) == (
+        512, 8, 2048, 6, 0.1)
+  if name == "big":
+    assert (cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout_rate) == (1024, 16, 4096, 0.3)

@@ -1,0 +1,374 @@
+"""The launch scripts: syntax, and what they run, with stub programs in place of the real ones.
+
+local_multiprocess.sh really starts several JAX processes (a stub train script that joins them
+with jax.distributed and runs a cross-process sum); tpu_vm.sh runs against a fake `gcloud` that
+executes the workers' commands locally; slurm_gpu.sbatch runs against a fake `srun`.
+Every subprocess gets its own environment: the XLA_FLAGS that conftest.py sets for pytest
+itself must not leak into them unchecked.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LAUNCH = REPO / "launch"
+SCRIPTS = [LAUNCH / "tpu_vm.sh", LAUNCH / "slurm_gpu.sbatch", LAUNCH / "local_multiprocess.sh"]
+TIMEOUT = 120  # a safety net against hangs, not a performance assertion
+
+STUB_TRAIN = '''
+import argparse, os, sys, time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--coordinator_address")
+parser.add_argument("--num_processes", type=int)
+parser.add_argument("--process_id", type=int)
+parser.add_argument("--workdir")
+parser.add_argument("--fail_process", type=int, default=-1)
+args, rest = parser.parse_known_args()
+print("forwarded=" + "|".join(rest), flush=True)
+
+if args.fail_process >= 0:  # failure mode: one process fails, the others wait forever
+  if args.process_id == args.fail_process:
+    time.sleep(0.5)
+    print("stub: failing on purpose", flush=True)
+    sys.exit(3)
+  with open(os.path.join(args.workdir, f"pid_{args.process_id}"), "w") as f:
+    f.write(str(os.getpid()))
+  time.sleep(600)
+  sys.exit(0)
+
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+jax.distributed.initialize(coordinator_address=args.coordinator_address,
+                           num_processes=args.num_processes, process_id=args.process_id)
+mesh = Mesh(np.array(jax.devices()), ("data",))
+local = np.arange(jax.local_device_count(), dtype=np.float32) + 10.0 * jax.process_index()
+x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), local)
+total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x)
+print(f"process_index={jax.process_index()} process_count={jax.process_count()} "
+      f"device_count={jax.device_count()} sum={float(total)}", flush=True)
+'''
+
+
+def _env(**overrides):
+  env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JAX_", "XLA_"))}
+  env.update(overrides)
+  return env
+
+
+def _executable(path, text):
+  path.write_text(textwrap.dedent(text).lstrip())
+  path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+  return path
+
+
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  # A zombie still answers kill(0); it has finished all the same.
+  try:
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+  except OSError:
+    return True
+
+
+# --------------------------------------------------------------------------- syntax
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_bash_syntax(script):
+  subprocess.run(["bash", "-n", str(script)], check=True, timeout=TIMEOUT)
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+def test_shellcheck():
+  result = subprocess.run(["shellcheck", "--shell=bash", *map(str, SCRIPTS)],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+  assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["launch/tpu_vm.sh", "--help"],
+    ["launch/slurm_gpu.sbatch", "--help"],
+    ["launch/local_multiprocess.sh", "-h"],
+], ids=lambda a: a[0])
+def test_usage(argv):
+  result = subprocess.run(["bash", *argv], cwd=REPO, env=_env(), capture_output=True,
+                          text=True, timeout=TIMEOUT)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.startswith("Usage:")
+
+
+# --------------------------------------------------------------------------- local_multiprocess.sh
+
+@pytest.fixture
+def stub_train(tmp_path):
+  path = tmp_path / "stub_train.py"
+  path.write_text(STUB_TRAIN)
+  return path
+
+
+def _local(stub, args, **env):
+  return ["bash", str(LAUNCH / "local_multiprocess.sh"), *args], _env(
+      PYTHON=sys.executable, TRAIN_SCRIPT=str(stub), **env)
+
+
+def test_local_multiprocess_joins_processes(stub_train, tmp_path):
+  workdir = tmp_path / "work"
+  cmd, env = _local(stub_train, ["-n", "2", "-d", "2", "--", f"--workdir={workdir}",
+                                 "--config.name=a b", "--config.num_train_steps=3"],
+                    # As pytest's own: the script must replace this count with -d.
+                    XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+  logs = [(workdir / "logs" / f"process_{i}.log").read_text() for i in range(2)]
+  assert result.returncode == 0, result.stderr + "\n".join(logs)
+  sums = set()
+  for i, log in enumerate(logs):
+    line = next(l for l in log.splitlines() if l.startswith("process_index="))
+    fields = dict(kv.split("=") for kv in line.split())
+    assert fields["process_index"] == str(i)
+    assert fields["process_count"] == "2"
+    assert fields["device_count"] == "4"
+    sums.add(fields["sum"])
+    assert "forwarded=--config.name=a b|--config.num_train_steps=3" in log
+  assert sums == {"22.0"}  # (0 + 1) + (10 + 11): every process sees every process's data
+  assert "process_index=0 process_count=2" in result.stdout  # process 0 on the terminal
+  assert "process_index=1" not in result.stdout
+
+
+def test_local_multiprocess_failure_stops_the_others(stub_train, tmp_path):
+  workdir = tmp_path / "work"
+  cmd, env = _local(stub_train, ["-n", "3", "--", f"--workdir={workdir}", "--fail_process=1"],
+                    KILL_GRACE="5")
+  result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+  assert result.returncode == 3, result.stdout + result.stderr
+  assert "process 1 exited with status 3" in result.stderr
+  assert "stub: failing on purpose" in (workdir / "logs" / "process_1.log").read_text()
+  pids = [int((workdir / f"pid_{i}").read_text()) for i in (0, 2)]
+  assert not any(_alive(pid) for pid in pids), "the other processes were left running"
+
+
+def test_local_multiprocess_interrupt_stops_all(stub_train, tmp_path):
+  workdir = tmp_path / "work"
+  cmd, env = _local(stub_train, ["-n", "2", "--", f"--workdir={workdir}", "--fail_process=9"])
+  proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    deadline = time.monotonic() + TIMEOUT
+    while not all((workdir / f"pid_{i}").exists() for i in range(2)):
+      assert proc.poll() is None, proc.communicate()
+      assert time.monotonic() < deadline, "the processes never started"
+      time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=TIMEOUT)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 130
+  pids = [int((workdir / f"pid_{i}").read_text()) for i in range(2)]
+  assert not any(_alive(pid) for pid in pids)
+
+
+def test_local_multiprocess_needs_a_workdir(stub_train):
+  cmd, env = _local(stub_train, ["--", "--config=configs/default.py"])
+  result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+  assert result.returncode == 2
+  assert "--workdir" in result.stderr
+
+
+# --------------------------------------------------------------------------- tpu_vm.sh
+
+@pytest.fixture
+def fake_gcloud(tmp_path):
+  """A `gcloud` that records its arguments; scp copies into a fake worker home, ssh runs the
+  command there with bash (one worker), where `python3` and `git` are stubs that record
+  their arguments."""
+  home = tmp_path / "worker_home"
+  home.mkdir()
+  fakebin = tmp_path / "fakebin"
+  fakebin.mkdir()
+  _executable(fakebin / "python3", """
+      #!/usr/bin/env bash
+      printf '%s\\n' "$(printf '[%s]' "$@")" >> "$FAKE_PYTHON_LOG"
+      """)
+  _executable(fakebin / "git", """
+      #!/usr/bin/env bash
+      printf '%s\\n' "git $*" >> "$FAKE_PYTHON_LOG"
+      if [ "$1" = clone ]; then mkdir -p "${!#}/.git"; fi
+      """)
+  gcloud = _executable(tmp_path / "gcloud", f"""
+      #!{sys.executable}
+      import json, os, shutil, subprocess, sys
+      args = sys.argv[1:]
+      with open(os.environ["FAKE_GCLOUD_LOG"], "a") as f:
+        f.write(json.dumps(args) + "\\n")
+      if args[:4] == ["compute", "tpus", "tpu-vm", "scp"]:
+        shutil.copy(args[4], os.path.join({str(home)!r}, args[5].split(":", 1)[1]))
+      elif args[:4] == ["compute", "tpus", "tpu-vm", "ssh"]:
+        command = next(a.split("=", 1)[1] for a in args if a.startswith("--command="))
+        env = dict(os.environ, HOME={str(home)!r},
+                   PATH={str(fakebin)!r} + os.pathsep + os.environ["PATH"])
+        sys.exit(subprocess.call(["bash", "-c", command], cwd={str(home)!r}, env=env))
+      """)
+
+  def run(*args, **env):
+    full_env = _env(**{"GCLOUD": str(gcloud), "FAKE_GCLOUD_LOG": str(tmp_path / "gcloud.log"),
+                       "FAKE_PYTHON_LOG": str(tmp_path / "python3.log"), "TPU_NAME": "my-tpu",
+                       **env})
+    result = subprocess.run(["bash", str(LAUNCH / "tpu_vm.sh"), *args], env=full_env,
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    log = tmp_path / "gcloud.log"
+    calls = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+    log.unlink(missing_ok=True)
+    pylog = tmp_path / "python3.log"
+    python_calls = pylog.read_text().splitlines() if pylog.exists() else []
+    pylog.unlink(missing_ok=True)
+    return result, calls, python_calls
+
+  run.home = home
+  return run
+
+
+def test_tpu_vm_create_and_delete(fake_gcloud):
+  result, calls, _ = fake_gcloud("create", ZONE="us-east5-a", PROJECT="proj",
+                                 ACCELERATOR_TYPE="v6e-16", SPOT="1")
+  assert result.returncode == 0, result.stderr
+  assert calls == [["compute", "tpus", "tpu-vm", "create", "my-tpu", "--zone=us-east5-a",
+                    "--project=proj", "--accelerator-type=v6e-16",
+                    "--version=v2-alpha-tpuv6e", "--spot"]]
+  result, calls, _ = fake_gcloud("create", ACCELERATOR_TYPE="v4-32")
+  assert calls[0][5:] == ["--zone=europe-west4-b", "--accelerator-type=v4-32",
+                          "--version=tpu-ubuntu2204-base"]
+  result, calls, _ = fake_gcloud("delete")
+  assert result.returncode == 0, result.stderr
+  assert calls == [["compute", "tpus", "tpu-vm", "delete", "my-tpu", "--zone=europe-west4-b",
+                    "--quiet"]]
+
+
+def test_tpu_vm_setup_copies_checkout_and_installs(fake_gcloud):
+  result, calls, python_calls = fake_gcloud("setup")
+  assert result.returncode == 0, result.stderr
+  scp, ssh = calls
+  assert scp[:4] == ["compute", "tpus", "tpu-vm", "scp"]
+  assert scp[5:] == ["my-tpu:transformer-src.tar.gz", "--zone=europe-west4-b", "--worker=all"]
+  assert ssh[:5] == ["compute", "tpus", "tpu-vm", "ssh", "my-tpu"] and "--worker=all" in ssh
+  checkout = fake_gcloud.home / "transformer"
+  assert (checkout / "launch" / "tpu_vm.sh").exists() and (checkout / "setup.py").exists()
+  assert not (fake_gcloud.home / "transformer-src.tar.gz").exists()
+  assert python_calls[0] == "[-m][pip][install][--upgrade][pip]"
+  assert python_calls[1].startswith("[-m][pip][install][-e][.][jax[tpu]][-f]")
+  assert python_calls[2].startswith("[-c][import jax; jax.distributed.initialize();")
+
+
+def test_tpu_vm_setup_from_git_url(fake_gcloud):
+  result, calls, worker_calls = fake_gcloud("setup", REPO_URL="https://example.com/r.git",
+                                            REPO_REF="v1")
+  assert result.returncode == 0, result.stderr
+  assert [c[3] for c in calls] == ["ssh"]  # no scp
+  home = fake_gcloud.home
+  assert worker_calls[0] == f"git clone --branch v1 https://example.com/r.git {home}/transformer"
+  assert worker_calls[2].startswith("[-m][pip][install][-e][.][jax[tpu]]")
+  result, _, worker_calls = fake_gcloud("setup", REPO_URL="https://example.com/r.git")
+  assert worker_calls[0] == f"git -C {home}/transformer pull --ff-only"  # a second setup pulls
+
+
+def test_tpu_vm_train_runs_on_all_workers(fake_gcloud):
+  (fake_gcloud.home / "transformer").mkdir()
+  result, calls, python_calls = fake_gcloud(
+      "train", "--config.name=a b", "--config.num_train_steps=10",
+      WORKDIR="gs://bucket/runs/x", CONFIG="configs/base.py")
+  assert result.returncode == 0, result.stderr
+  assert len(calls) == 1 and "--worker=all" in calls[0]
+  assert python_calls == ["[scripts/train.py][--config=configs/base.py]"
+                          "[--workdir=gs://bucket/runs/x][--config.name=a b]"
+                          "[--config.num_train_steps=10]"]
+  assert "warning" not in result.stderr
+
+
+def test_tpu_vm_train_detached_and_stop(fake_gcloud):
+  (fake_gcloud.home / "transformer").mkdir()
+  result, _, _ = fake_gcloud("train", WORKDIR="/tmp/local", DETACH="1")
+  assert result.returncode == 0, result.stderr
+  assert "gs://" in result.stderr  # a local workdir draws a warning
+  assert (fake_gcloud.home / "train.pid").exists()
+  assert (fake_gcloud.home / "train.log").exists()
+  result, _, _ = fake_gcloud("stop")
+  assert result.returncode == 0, result.stderr
+  assert not (fake_gcloud.home / "train.pid").exists()
+
+
+@pytest.mark.parametrize("args,env,message", [
+    (["train"], {}, "WORKDIR"),
+    (["reboot"], {}, "unknown command"),
+    (["create"], {"TPU_NAME": ""}, "TPU_NAME"),
+])
+def test_tpu_vm_errors(fake_gcloud, args, env, message):
+  result, calls, _ = fake_gcloud(*args, **env)
+  assert result.returncode == 2 and message in result.stderr
+  assert calls == []
+
+
+# --------------------------------------------------------------------------- slurm_gpu.sbatch
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+  repo = tmp_path / "repo"
+  (repo / "scripts").mkdir(parents=True)
+  (repo / "configs").mkdir()
+  (repo / "scripts" / "train.py").write_text("")
+  (repo / "configs" / "default.py").write_text("")
+  fakebin = tmp_path / "fakebin"
+  fakebin.mkdir()
+  _executable(fakebin / "srun", """
+      #!/usr/bin/env bash
+      { printf '[%s]' "$@"; echo; echo "SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-}"; \
+        echo "PWD=$PWD"; } > "$FAKE_SRUN_LOG"
+      """)
+
+  def run(*args, **env):
+    base = dict(SLURM_JOB_ID="4242", SLURM_SUBMIT_DIR=str(repo), SLURM_NTASKS_PER_NODE="8",
+                SLURM_GPUS_ON_NODE="8", SLURM_CPUS_PER_TASK="8", SLURM_JOB_NUM_NODES="2",
+                SLURM_NTASKS="16", WORKDIR="/shared/runs/x",
+                PATH=str(fakebin) + os.pathsep + os.environ["PATH"],
+                FAKE_SRUN_LOG=str(tmp_path / "srun.log"))
+    base.update(env)
+    base = {k: v for k, v in base.items() if v is not None}
+    result = subprocess.run(["bash", str(LAUNCH / "slurm_gpu.sbatch"), *args], env=_env(**base),
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    log = tmp_path / "srun.log"
+    return result, (log.read_text().splitlines() if log.exists() else None)
+
+  run.repo = repo
+  return run
+
+
+def test_slurm_runs_one_srun_over_all_tasks(fake_slurm):
+  result, srun = fake_slurm("--config.seed=1")
+  assert result.returncode == 0, result.stderr
+  assert srun == ["[--kill-on-bad-exit=1][--gpu-bind=none][python3][scripts/train.py]"
+                  "[--config=configs/default.py][--workdir=/shared/runs/x][--config.seed=1]",
+                  "SRUN_CPUS_PER_TASK=8", f"PWD={fake_slurm.repo}"]
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"SLURM_GPUS_ON_NODE": "4"}, "differs from 4 GPUs per node"),
+    ({"WORKDIR": None}, "WORKDIR"),
+    ({"SLURM_JOB_ID": None}, "sbatch"),
+    ({"CONFIG": "configs/missing.py"}, "configs/missing.py"),
+])
+def test_slurm_errors(fake_slurm, env, message):
+  result, srun = fake_slurm(**env)
+  assert result.returncode == 2 and message in result.stderr, result.stderr
+  assert srun is None

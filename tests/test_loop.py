@@ -1,0 +1,151 @@
+"""The training loop in-process: the main job learns, devices agree, resume, damaged checkpoints,
+non-finite losses, and the mistakes a user can make."""
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import REPO
+from transformer import checkpoint
+from transformer.training import loop, writers
+from transformer.training.experiment import load_config
+
+
+def _losses(workdir):
+  return [r["loss"] for r in writers.read_metrics(str(workdir), "train")]
+
+
+def test_main_job_shortened_learns_to_reverse(tfds_dir, tmp_path):
+  # configs/default.py itself, fewer steps and examples: the README states the full run's figure.
+  config = load_config(str(REPO / "configs" / "default.py"))
+  config.tfds_data_dir = tfds_dir
+  config.synthetic.update(num_train=4000, num_eval=200)
+  config.num_train_steps = 600
+  config.eval_every_steps = 600
+  config.checkpoint_every_steps = 600
+  final = loop.train_and_evaluate(config, str(tmp_path / "w"))
+  assert final["step"] == 600
+  assert final["eval"]["accuracy"] > 0.9, final["eval"]
+  records = writers.read_metrics(str(tmp_path / "w"))
+  assert {"loss", "accuracy", "perplexity", "learning_rate", "grad_norm", "tokens_per_sec"} <= set(records[0])
+  assert any(r["split"] == "eval" for r in records)
+  assert list((tmp_path / "w" / "tensorboard").glob("events.out.tfevents.*"))
+  saved = json.loads((tmp_path / "w" / "config.json").read_text())
+  assert saved["model"]["d_model"] == 64 and saved["experiment"]["num_train_steps"] == 600
+
+
+def test_eight_devices_and_one_device_train_alike(tiny_config, tmp_path, devices):
+  tiny_config.num_train_steps = 5
+  loop.train_and_evaluate(tiny_config, str(tmp_path / "one"), devices=devices[:1])
+  loop.train_and_evaluate(tiny_config, str(tmp_path / "eight"), devices=devices)
+  np.testing.assert_allclose(_losses(tmp_path / "eight"), _losses(tmp_path / "one"), rtol=1e-5)
+
+
+def test_resume_continues_exactly(tiny_config, tmp_path):
+  loop.train_and_evaluate(tiny_config, str(tmp_path / "straight"))
+  tiny_config.num_train_steps = 5
+  loop.train_and_evaluate(tiny_config, str(tmp_path / "resumed"))
+  tiny_config.num_train_steps = 10
+  final = loop.train_and_evaluate(tiny_config, str(tmp_path / "resumed"))
+  assert final["step"] == 10
+  assert _losses(tmp_path / "resumed") == _losses(tmp_path / "straight")  # same batches, same steps
+  a, _ = checkpoint.load_params(str(tmp_path / "straight"))
+  b, _ = checkpoint.load_params(str(tmp_path / "resumed"))
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog):
+  workdir = tmp_path / "w"
+  loop.train_and_evaluate(tiny_config, str(workdir))  # checkpoints at 5 and 10
+  damaged = workdir / "checkpoints" / "10"
+  for f in (damaged / "state").rglob("*"):
+    if f.is_file() and f.stat().st_size > 1000:
+      f.write_bytes(b"garbage" * 10)
+  tiny_config.num_train_steps = 12
+  with caplog.at_level(logging.WARNING):
+    final = loop.train_and_evaluate(tiny_config, str(workdir))
+  assert final["step"] == 12
+  assert any(str(damaged) in r.getMessage() for r in caplog.records)
+  steps = [r["step"] for r in writers.read_metrics(str(workdir), "train")]
+  assert steps == list(range(1, 13))  # resumed from 5: steps 6..12 re-run, logged once
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, tmp_path):
+  tiny_config.learning_rate = 1e30
+  tiny_config.checkpoint_every_steps = 1
+  workdir = tmp_path / "w"
+  with pytest.raises(loop.TrainingError, match=r"Non-finite loss at step (\d+)") as err:
+    loop.train_and_evaluate(tiny_config, str(workdir))
+  bad = int(re.search(r"step (\d+)", str(err.value)).group(1))
+  kept = checkpoint.Checkpointer(str(workdir)).all_steps()
+  # Checkpoints of params that produced the non-finite loss are set aside, the rest kept.
+  assert all(s < bad - 1 for s in kept)
+  assert sorted(p.name for p in (workdir / "checkpoints").glob("*.nonfinite"))
+  if kept:
+    assert f"resumes from step {max(kept)}" in str(err.value)
+
+
+def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config, tmp_path, devices):
+  workdir = tmp_path / "w"
+  tiny_config.num_train_steps = 5
+  loop.train_and_evaluate(tiny_config, str(workdir), devices=devices)
+  # The logits of the training process's own (sharded, restored) state ...
+  from transformer.training import sharding, steps
+  model_config = checkpoint.load_params(str(workdir))[1]
+  model = loop.build_model(tiny_config, model_config)
+  tokens = np.arange(18, dtype=np.int32).reshape(2, 9) % 10 + 1
+  batch = {"inputs": tokens, "targets": tokens[:, ::-1].copy()}
+  mesh = sharding.make_mesh(devices)
+  from transformer.training import optimizers
+  tx = optimizers.make_optimizer(tiny_config)
+  abstract = jax.eval_shape(lambda: steps.init_state(model, tx, jax.random.PRNGKey(0), batch))
+  abstract = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding.replicated(mesh)), abstract)
+  state, _ = checkpoint.Checkpointer(str(workdir)).restore(abstract)
+  expected = np.asarray(steps.apply_model(model, state.params, batch))
+  np.save(tmp_path / "batch.npy", np.stack([batch["inputs"], batch["targets"]]))
+  # ... equal those of load_params in a process that has one device.
+  script = textwrap.dedent(f"""
+      import numpy as np
+      import jax
+      assert jax.device_count() == 1
+      from transformer import checkpoint
+      from transformer.models import Transformer
+      from transformer.training import steps
+      params, cfg = checkpoint.load_params({str(workdir)!r})
+      inputs, targets = np.load({str(tmp_path / 'batch.npy')!r})
+      logits = steps.apply_model(Transformer(cfg), params, {{"inputs": inputs, "targets": targets}})
+      np.save({str(tmp_path / 'logits.npy')!r}, np.asarray(logits))
+  """)
+  env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+  subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=REPO)
+  np.testing.assert_allclose(np.load(tmp_path / "logits.npy"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
+  tiny_config.batch_size = 12  # 8 devices
+  with pytest.raises(ValueError, match="batch_size=12 is not divisible by the 8 devices"):
+    loop.train_and_evaluate(tiny_config, str(tmp_path / "a"))
+  tiny_config.batch_size = 16
+  tiny_config.dataset = "wmt99"
+  with pytest.raises(ValueError, match="Unknown dataset 'wmt99'"):
+    loop.train_and_evaluate(tiny_config, str(tmp_path / "b"))
+  tiny_config.dataset = "synthetic"
+  afile = tmp_path / "afile"
+  afile.write_text("x")
+  with pytest.raises(loop.TrainingError, match="is not writable"):
+    loop.train_and_evaluate(tiny_config, str(afile / "sub"))
+  tiny_config.num_train_steps = 1
+  loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+  tiny_config.model.d_model = 48
+  with pytest.raises(loop.TrainingError, match=r"different model .*d_model 32 -> 48.*allow_model_change"):
+    loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))

@@ -1,0 +1,100 @@
+"""Train and eval steps: SPMD over 8 devices equals 1 device; accumulation equals one big batch."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from transformer.config import ModelConfig
+from transformer.models import DecoderOnly, Transformer
+from transformer.training import optimizers, sharding, steps
+
+
+def _setup(model_cls=Transformer, **opt):
+  cfg = ModelConfig(vocab_size=30, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
+                    num_decoder_layers=1, max_len=12, dropout_rate=0.1,
+                    # The key bias has an exactly-zero true gradient (softmax ignores a constant
+                    # shift), so Adam would turn reduction-order noise into +-lr updates of it.
+                    use_bias=False)
+  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config.update(learning_rate=1e-2, warmup_steps=2, **opt)
+  model = model_cls(cfg)
+  tx = optimizers.make_optimizer(config)
+  return model, tx, optimizers.learning_rate_fn(config)
+
+
+def _batches(n, b=16, length=12, seed=0):
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(n):
+    batch = {k: rng.integers(3, 30, (b, length)).astype(np.int32) for k in ("inputs", "targets")}
+    batch["targets"][:, 8:] = 0  # some padding
+    out.append(batch)
+  return out
+
+
+def _train(model, tx, lr_fn, devices, batches, **step_kw):
+  mesh = sharding.make_mesh(devices)
+  repl = sharding.replicated(mesh)
+  state = jax.jit(functools.partial(steps.init_state, model, tx), out_shardings=repl)(
+      jax.random.PRNGKey(0), {k: jnp.asarray(v) for k, v in batches[0].items()})
+  step = jax.jit(steps.make_train_step(model, tx, lr_fn, label_smoothing=0.1, **step_kw),
+                 in_shardings=(repl, sharding.batch_sharding(mesh), repl),
+                 out_shardings=(repl, repl))
+  losses = []
+  for batch in batches:
+    state, metrics = step(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1))
+    losses.append(float(metrics["loss"]))
+  return losses, sharding.to_host(state.params)
+
+
+@pytest.mark.parametrize("model_cls", [Transformer, DecoderOnly])
+def test_eight_devices_equal_one_device(devices, model_cls):
+  model, tx, lr_fn = _setup(model_cls)
+  batches = _batches(5)
+  one, p1 = _train(model, tx, lr_fn, devices[:1], batches)
+  eight, p8 = _train(model, tx, lr_fn, devices, batches)
+  np.testing.assert_allclose(eight, one, rtol=1e-5)
+  assert one[-1] < one[0]
+  for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p8)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_accumulation_equals_one_big_batch(devices):
+  # SGD: the update is linear in the gradient, so summation-order noise stays at float epsilon
+  # (Adam's first steps take the sign of every gradient element, however tiny).
+  model, tx, lr_fn = _setup(optimizer="sgd")
+  model = Transformer(model.config.replace(dropout_rate=0.0))  # same math, no dropout keys
+  batches = _batches(3)
+  full, p_full = _train(model, tx, lr_fn, devices[:2], batches)
+  accum, p_accum = _train(model, tx, lr_fn, devices[:2], batches, grad_accum_steps=4)
+  np.testing.assert_allclose(accum, full, rtol=1e-5)
+  for a, b in zip(jax.tree_util.tree_leaves(p_full), jax.tree_util.tree_leaves(p_accum)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_step_rng_is_folded_with_the_step(devices):
+  model, tx, lr_fn = _setup()
+  batch = _batches(1)[0]
+  state = steps.init_state(model, tx, jax.random.PRNGKey(0), {k: jnp.asarray(v) for k, v in batch.items()})
+  step = jax.jit(steps.make_train_step(model, tx, lr_fn))
+  _, m0 = step(state, batch, jax.random.PRNGKey(1))
+  _, m0_again = step(state, batch, jax.random.PRNGKey(1))
+  _, m1 = step(state.replace(step=state.step + 1), batch, jax.random.PRNGKey(1))
+  assert float(m0["loss"]) == float(m0_again["loss"])
+  assert float(m0["loss"]) != float(m1["loss"])  # another step, another dropout mask
+
+
+def test_eval_step_sums_and_ignores_padding(devices):
+  model, tx, lr_fn = _setup()
+  batch = _batches(1)[0]
+  params = steps.init_state(model, tx, jax.random.PRNGKey(0),
+                            {k: jnp.asarray(v) for k, v in batch.items()}).params
+  out = jax.jit(steps.make_eval_step(model))(params, batch)
+  assert float(out.weight_sum) == float((batch["targets"] > 0).sum())
+  zero_rows = {k: np.zeros_like(v) for k, v in batch.items()}
+  empty = jax.jit(steps.make_eval_step(model))(params, zero_rows)
+  assert float(empty.weight_sum) == 0.0 and float(empty.loss_sum) == 0.0

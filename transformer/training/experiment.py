@@ -1,0 +1,106 @@
+"""The experiment config: the fields every configs/*.py shares, and the ModelConfig it names.
+
+`base_config()` is the one place experiment defaults live; configs/*.py start from it and
+override. `config.model` holds a recipe name plus an override slot for every ModelConfig field
+(None = the recipe's value), so `--config.model.FIELD=VALUE` works for every knob.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+from transformer.config import ModelConfig, _FLOAT_OK
+from transformer.training.optimizers import default_optimizer_fields
+
+MODEL_TYPES = ("seq2seq", "lm")
+
+
+def _placeholder_type(field: dataclasses.Field) -> type:
+  hint = typing.get_type_hints(ModelConfig)[field.name]
+  if field.name in _FLOAT_OK:
+    return str  # 'sqrt_d' or '2.5': numbers are parsed in model_config()
+  for t in (bool, int, float, str):
+    if hint is t or t in typing.get_args(hint):
+      return t
+  return str
+
+
+def model_fields(recipe: str = "vaswani2017", **overrides: Any) -> ml_collections.ConfigDict:
+  """{'recipe': name, FIELD: None (the recipe's value) or an override, ...}."""
+  fields = {"recipe": recipe}
+  for f in dataclasses.fields(ModelConfig):
+    fields[f.name] = config_dict.placeholder(_placeholder_type(f))
+  model = ml_collections.ConfigDict(fields)
+  for k, v in overrides.items():
+    if k not in model:
+      raise ValueError(f"ModelConfig has no field {k!r}.")
+    model[k] = str(v) if k in _FLOAT_OK else v
+  return model
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Defaults shared by every experiment config (DESIGN's field names)."""
+  c = ml_collections.ConfigDict()
+  c.model_type = "seq2seq"  # 'seq2seq' (Transformer) or 'lm' (DecoderOnly)
+  c.model = model_fields()
+  c.dataset = "synthetic"
+  c.synthetic = ml_collections.ConfigDict(dict(
+      task="reverse", vocab_size=32, min_len=4, max_len=16, digits=3, num_train=20000,
+      num_eval=1000, seed=0))
+  c.tfds_data_dir = config_dict.placeholder(str)  # None: ~/tensorflow_datasets
+  c.data_threads = 2
+  c.data_prefetch = 4
+  c.batch_size = 64  # global, over all devices and hosts
+  c.max_len = 32  # tokens per row (inputs and targets)
+  c.seed = 0
+  c.update(default_optimizer_fields())
+  c.label_smoothing = 0.1  # Section 5.4
+  c.z_loss = 0.0
+  c.log_every_steps = 50
+  c.eval_every_steps = 500
+  c.checkpoint_every_steps = 500
+  c.keep_checkpoints = 3
+  c.async_checkpoints = True
+  c.allow_model_change = False  # True: resume a workdir whose model config differs
+  return c
+
+
+def _parse_scale(name: str, value: Any) -> Any:
+  if isinstance(value, str):
+    try:
+      return float(value)
+    except ValueError:
+      return value
+  return value
+
+
+def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
+  """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
+  if config.model_type not in MODEL_TYPES:
+    raise ValueError(f"model_type={config.model_type!r} is not one of {list(MODEL_TYPES)}.")
+  fields = {k: _parse_scale(k, v) for k, v in config.model.items()
+            if k != "recipe" and v is not None}
+  fields.setdefault("vocab_size", vocab_size)
+  fields.setdefault("max_len", config.max_len)
+  if fields["vocab_size"] < vocab_size:
+    raise ValueError(f"model.vocab_size={fields['vocab_size']} is smaller than the dataset's "
+                     f"vocabulary ({vocab_size}); leave it unset to use the dataset's.")
+  return ModelConfig.from_recipe(config.model.recipe, **fields)
+
+
+def load_config(path: str) -> ml_collections.ConfigDict:
+  """get_config() of a config file (as --config=PATH does), for tests, sweeps and notebooks."""
+  import importlib.util
+  import os
+
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"Config file {path} does not exist; pass a path like configs/default.py.")
+  spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()

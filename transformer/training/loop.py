@@ -1,0 +1,232 @@
+"""The training loop: data -> jitted train_step on the mesh -> logs, evals, checkpoints.
+
+Nothing is lost on a crash: orbax saves the train state, the data iterator and the config
+every `checkpoint_every_steps` (asynchronously) and at the end; a restart with the same
+workdir resumes from the newest good checkpoint and repeats the uninterrupted run exactly
+(the step RNG is fold_in(seed, step) and the data iterator is restored). SIGTERM saves at the
+step reached and returns. Between logging steps the host never waits on the device.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from tqdm import tqdm
+
+from transformer import checkpoint
+from transformer.config import ModelConfig
+from transformer.data import pipeline
+from transformer.models import DecoderOnly, Transformer
+from transformer.training import experiment, optimizers, sharding, steps
+from transformer.training.losses import LossOutput, summarize
+from transformer.training.writers import MetricWriter
+
+
+class TrainingError(RuntimeError):
+  """A failure the user can act on; its message is one sentence with the fix."""
+
+
+def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig):
+  return DecoderOnly(model_config) if config.model_type == "lm" else Transformer(model_config)
+
+
+def _check_workdir(workdir: str) -> None:
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write-test-{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise TrainingError(f"Workdir {workdir} is not writable ({e.strerror}); pass a --workdir "
+                        "you can write to.") from None
+
+
+def _check_same_model(workdir: str, model_config: ModelConfig, allow_change: bool) -> None:
+  path = os.path.join(workdir, checkpoint.CONFIG_FILE)
+  if not os.path.exists(path):
+    return
+  saved = checkpoint.read_config(workdir).get("model", {})
+  new = model_config.to_dict()
+  changed = sorted(k for k in set(saved) | set(new)
+                   if k in new and _normal(saved.get(k)) != _normal(new.get(k)))
+  if changed and not allow_change:
+    raise TrainingError(
+        f"Workdir {workdir} holds a run of a different model (changed: "
+        f"{', '.join(f'{k} {saved.get(k)!r} -> {new.get(k)!r}' for k in changed)}); use a new "
+        "--workdir, or pass --config.allow_model_change=True to resume it anyway.")
+
+
+def _normal(v: Any) -> Any:
+  return list(v) if isinstance(v, tuple) else v
+
+
+def _install_sigterm_flag() -> dict[str, bool]:
+  flag = {"stop": False}
+
+  def handler(signum, frame):  # only sets a flag: the loop saves at a step boundary
+    flag["stop"] = True
+
+  signal.signal(signal.SIGTERM, handler)
+  return flag
+
+
+def _all_processes_agree(value: bool) -> bool:
+  """True if any process says True (multi-host preemption reaches processes at different steps)."""
+  if jax.process_count() == 1:
+    return value
+  from jax.experimental import multihost_utils
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(value))))
+
+
+def evaluate(eval_step, params, datasets: pipeline.Datasets, mesh) -> dict[str, float]:
+  """Loss, perplexity and accuracy over the whole eval split (each example exactly once)."""
+  total = None
+  for batch in datasets.eval_batches():
+    out = eval_step(params, sharding.global_batch(batch, mesh))
+    total = out if total is None else jax.tree_util.tree_map(jnp.add, total, out)
+  return {k: float(v) for k, v in sharding.to_host(summarize(total)).items()}
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
+  """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final metrics.
+
+  `devices` defaults to every device of every process (the mesh's data axis).
+  """
+  _check_workdir(workdir)
+  datasets = pipeline.get_datasets(config)
+  model_config = experiment.model_config(config, datasets.vocab_size)
+  _check_same_model(workdir, model_config, config.allow_model_change)
+  resolved = {"experiment": config.to_dict(), "model": model_config.to_dict()}
+
+  mesh = sharding.make_mesh(devices)
+  sharding.check_batch_size(config.batch_size, mesh)
+  if config.batch_size % (config.grad_accum_steps * mesh.devices.size):
+    raise TrainingError(f"batch_size={config.batch_size} must split into grad_accum_steps="
+                        f"{config.grad_accum_steps} micro-batches, each divisible by the "
+                        f"{mesh.devices.size} devices.")
+  model = build_model(config, model_config)
+  tx = optimizers.make_optimizer(config)
+  lr_fn = optimizers.learning_rate_fn(config)
+  init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
+  repl, data_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
+  shape_batch = {k: jnp.ones((1, config.max_len), jnp.int32) for k in datasets.input_key_names}
+  state = jax.jit(functools.partial(steps.init_state, model, tx), out_shardings=repl)(
+      init_rng, shape_batch)
+
+  ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints,
+                                 async_save=config.async_checkpoints)
+  train_iter = datasets.train_iter()
+  abstract = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+  try:
+    restored = ckpt.restore(abstract, data_iter=train_iter)
+  except checkpoint.IncompatibleCheckpointError as e:
+    raise TrainingError(f"The checkpoints in {workdir} do not fit this model ({e}); use a new "
+                        "--workdir.") from None
+  start_step = 0
+  if restored is not None:
+    state, start_step = restored
+    logging.info("Resumed from step %d of %s.", start_step, workdir)
+  primary = jax.process_index() == 0
+  if primary:
+    checkpoint.write_config(workdir, resolved)
+  writer = MetricWriter(workdir, enabled=primary, resume_step=start_step)
+
+  train_step = jax.jit(
+      steps.make_train_step(model, tx, lr_fn, label_smoothing=config.label_smoothing,
+                            z_loss=config.z_loss, grad_accum_steps=config.grad_accum_steps),
+      in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl), donate_argnums=0)
+  eval_step = jax.jit(steps.make_eval_step(model, label_smoothing=config.label_smoothing,
+                                           z_loss=config.z_loss),
+                      in_shardings=(repl, data_sharding), out_shardings=repl)
+
+  sigterm = _install_sigterm_flag()
+  num_steps = config.num_train_steps
+  pending: list[dict[str, jax.Array]] = []  # device metrics since the last log step
+  final: dict[str, Any] = {}
+  bar = tqdm(total=num_steps, initial=start_step, disable=not primary, unit="step",
+             dynamic_ncols=True, desc="train")
+  timer = time.perf_counter()
+
+  def flush(step: int) -> dict[str, float]:
+    """Host-syncs the pending metrics; stops on a non-finite loss, keeping the last good checkpoint."""
+    nonlocal timer, pending
+    fetched = sharding.to_host(pending)
+    pending = []
+    for i, m in enumerate(fetched):
+      if not np.isfinite(m["loss"]):
+        bad = step - len(fetched) + i + 1
+        # The params of step bad-1 gave this loss: set aside every checkpoint from there on.
+        for s in ckpt.all_steps():
+          if s >= bad - 1:
+            ckpt.set_aside(s, "nonfinite")
+        good = max(ckpt.all_steps(), default=None)
+        resume = f"a restart resumes from step {good}" if good else "no checkpoint is left"
+        raise TrainingError(
+            f"Non-finite loss at step {bad}; training stopped, checkpoints from step {bad - 1} "
+            f"on were set aside as <step>.nonfinite and {resume}; lower learning_rate or set "
+            "grad_clip_norm.")
+    elapsed = time.perf_counter() - timer
+    weight = sum(float(m["weight_sum"]) for m in fetched)
+    summary = {k: float(np.sum([m[k] * m["weight_sum"] for m in fetched]) / max(weight, 1.0))
+               for k in ("loss", "nll", "accuracy", "z_loss")}
+    summary["perplexity"] = float(np.exp(summary["nll"]))
+    for k in ("learning_rate", "grad_norm", "param_norm"):
+      summary[k] = float(fetched[-1][k])
+    summary["tokens_per_sec"] = weight / max(elapsed, 1e-9)
+    summary["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
+    timer = time.perf_counter()
+    return summary
+
+  step = start_step
+  try:
+    while step < num_steps:
+      if sigterm["stop"] and _all_processes_agree(True):
+        break
+      batch = sharding.global_batch(next(train_iter), mesh)
+      state, metrics = train_step(state, batch, train_rng)
+      pending.append(metrics)
+      step += 1
+      bar.update(1)
+      is_last = step == num_steps
+      if step % config.log_every_steps == 0 or is_last or step % config.checkpoint_every_steps == 0:
+        summary = flush(step)
+        if step % config.log_every_steps == 0 or is_last:
+          writer.write(step, "train", summary)
+          bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
+                          tok_s=f"{summary['tokens_per_sec']:.0f}")
+          final["train"] = summary
+          if jax.process_count() > 1:
+            sigterm["stop"] = _all_processes_agree(sigterm["stop"])
+      if step % config.eval_every_steps == 0 or is_last:
+        final["eval"] = evaluate(eval_step, state.params, datasets, mesh)
+        writer.write(step, "eval", final["eval"])
+        logging.info("step %d eval %s", step, final["eval"])
+        timer = time.perf_counter()  # eval time is not training throughput
+      if step % config.checkpoint_every_steps == 0 or is_last:
+        ckpt.save(step, state, data_iter=train_iter, config=resolved)
+    if step < num_steps:  # preempted: save where we are, exit cleanly
+      if pending:
+        flush(step)
+      ckpt.save(step, state, data_iter=train_iter, config=resolved)
+      logging.warning("SIGTERM: saved a checkpoint at step %d in %s; restart to continue.",
+                      step, workdir)
+      final["preempted_at"] = step
+  finally:
+    bar.close()
+    ckpt.wait_until_finished()
+    ckpt.close()
+    writer.close()
+  final["step"] = step
+  return final
