@@ -88,6 +88,19 @@ def _all_processes_agree(value: bool) -> bool:
   return bool(np.any(multihost_utils.process_allgather(np.asarray(value))))
 
 
+def _get_datasets(config: ml_collections.ConfigDict) -> pipeline.Datasets:
+  """Process 0 prepares the data first; the others then read what it wrote (no build race)."""
+  if jax.process_count() == 1:
+    return pipeline.get_datasets(config)
+  from jax.experimental import multihost_utils
+  if jax.process_index() == 0:
+    datasets = pipeline.get_datasets(config)
+  multihost_utils.sync_global_devices("transformer: datasets prepared")
+  if jax.process_index() != 0:
+    datasets = pipeline.get_datasets(config)
+  return datasets
+
+
 def evaluate(eval_step, params, datasets: pipeline.Datasets, mesh) -> dict[str, float]:
   """Loss, perplexity and accuracy over the whole eval split (each example exactly once)."""
   total = None
@@ -104,7 +117,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   `devices` defaults to every device of every process (the mesh's data axis).
   """
   _check_workdir(workdir)
-  datasets = pipeline.get_datasets(config)
+  datasets = _get_datasets(config)
   model_config = experiment.model_config(config, datasets.vocab_size)
   _check_same_model(workdir, model_config, config.allow_model_change)
   resolved = {"experiment": config.to_dict(), "model": model_config.to_dict()}
