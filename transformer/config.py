@@ -30,6 +30,7 @@ MODES: dict[str, tuple[str, ...]] = {
     "activation": ("relu", "gelu", "silu", "geglu", "swiglu"),
     "dtype": ("float32", "bfloat16", "float16"),
     "param_dtype": ("float32", "bfloat16"),
+    "remat": ("none", "full", "dots"),
 }
 _FLOAT_OK = ("embed_scale", "embed_init_std", "logits_scale", "attention_scale")
 
@@ -84,6 +85,8 @@ class ModelConfig:
   # Numerics and speed.
   dtype: str = "float32"  # compute dtype
   param_dtype: str = "float32"
+  scan_layers: bool = False  # nn.scan over blocks: compile time independent of depth
+  remat: str = "none"  # recompute activations in the backward pass: 'full' or 'dots'
 
   def __post_init__(self):
     self.validate()

@@ -91,3 +91,61 @@ class DecoderBlock(nn.Module):
     ffn = FeedForward(cfg, name="ffn")
     return residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),
                     make_norm(cfg, name="ffn_norm"), deterministic=deterministic)
+
+
+_REMAT_POLICIES = {
+    "full": None,  # save nothing: recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,  # keep matmul outputs
+}
+
+
+class _Layer(nn.Module):
+  """One block with its flags bound, so remat and scan see only array arguments."""
+
+  config: ModelConfig
+  cross_attention: Optional[bool]  # None: an encoder block
+  deterministic: bool
+  decode: bool
+  scanned: bool
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *args):
+    if self.cross_attention is None:
+      y = EncoderBlock(self.config, name="block")(x, *args, deterministic=self.deterministic)
+    else:
+      y = DecoderBlock(self.config, cross_attention=self.cross_attention, name="block")(
+          x, *args, deterministic=self.deterministic, decode=self.decode)
+    return (y, None) if self.scanned else y
+
+
+class BlockStack(nn.Module):
+  """num_layers blocks: a Python loop, or one `nn.scan` (compiles one block, not L), with
+  optional rematerialisation ('full' or 'dots', ModelConfig.remat)."""
+
+  config: ModelConfig
+  num_layers: int
+  cross_attention: Optional[bool] = None  # None: encoder blocks
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *args, deterministic: bool = True,
+               decode: bool = False) -> jax.Array:
+    """x float[B, L, d] and the blocks' other arguments (masks, positions, encoder output)."""
+    cfg = self.config
+    layer = _Layer
+    if cfg.remat != "none":
+      layer = nn.remat(_Layer, prevent_cse=not cfg.scan_layers, policy=_REMAT_POLICIES[cfg.remat])
+    if cfg.scan_layers:
+      stack = nn.scan(layer, variable_axes={"params": 0, "cache": 0},
+                      split_rngs={"params": True, "dropout": True},
+                      in_axes=(nn.broadcast,) * len(args), length=self.num_layers)
+      x, _ = stack(cfg, self.cross_attention, deterministic, decode, True, name="layers")(x, *args)
+      return x
+    for i in range(self.num_layers):
+      if cfg.remat != "none":
+        x = layer(cfg, self.cross_attention, deterministic, decode, False, name=f"layer_{i}")(x, *args)
+      elif self.cross_attention is None:
+        x = EncoderBlock(cfg, name=f"layer_{i}")(x, *args, deterministic=deterministic)
+      else:
+        x = DecoderBlock(cfg, cross_attention=self.cross_attention, name=f"layer_{i}")(
+            x, *args, deterministic=deterministic, decode=decode)
+    return x

@@ -18,7 +18,7 @@ from transformer import positional
 from transformer.attention import make_attention_mask
 from transformer.config import ModelConfig
 from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding, make_norm
-from transformer.layers import DecoderBlock, EncoderBlock
+from transformer.layers import BlockStack
 
 
 def shift_right(tokens: jax.Array, segmentation: Optional[jax.Array] = None) -> jax.Array:
@@ -46,8 +46,8 @@ class Encoder(nn.Module):
     valid = inputs > 0
     mask = make_attention_mask(valid, valid, q_segmentation=segmentation,
                                kv_segmentation=segmentation)
-    for i in range(cfg.num_encoder_layers):
-      x = EncoderBlock(cfg, name=f"layer_{i}")(x, mask, positions, deterministic=deterministic)
+    x = BlockStack(cfg, cfg.num_encoder_layers, name="blocks")(
+        x, mask, positions, deterministic=deterministic)
     if cfg.norm_position == "pre":
       x = make_norm(cfg, name="final_norm")(x)
     return x
@@ -77,10 +77,9 @@ class Decoder(nn.Module):
         position.value = position.value + decoder_inputs.shape[1]
     x = InputEmbedding(cfg, self.token_embedding, name="input_embedding")(
         decoder_inputs, positions, deterministic=deterministic)
-    for i in range(cfg.num_decoder_layers):
-      x = DecoderBlock(cfg, cross_attention=self.cross_attention, name=f"layer_{i}")(
-          x, self_mask, positions, encoded, cross_mask, deterministic=deterministic,
-          decode=decode)
+    x = BlockStack(cfg, cfg.num_decoder_layers, cross_attention=self.cross_attention,
+                   name="blocks")(x, self_mask, positions, encoded, cross_mask,
+                                  deterministic=deterministic, decode=decode)
     if cfg.norm_position == "pre":
       x = make_norm(cfg, name="final_norm")(x)
     return x
@@ -116,8 +115,11 @@ class Transformer(nn.Module):
              inputs_segmentation: Optional[jax.Array] = None,
              targets_segmentation: Optional[jax.Array] = None,
              targets_position: Optional[jax.Array] = None, deterministic: bool = True,
-             decode: bool = False) -> jax.Array:
+             decode: bool = False, return_hidden: bool = False) -> jax.Array:
     """encoded float[B, Ls, d], inputs int[B, Ls], targets int[B, Lt] -> logits float[B, Lt, V].
+
+    return_hidden=True returns the final hidden states float[B, Lt, d] instead (`project`
+    turns them into logits; the chunked loss does so a slice at a time).
 
     With decode=True, `targets` is the previous token [B, 1] (fed as is, not shifted) and
     self-attention keys/values accumulate in the 'cache' collection.
@@ -135,20 +137,25 @@ class Transformer(nn.Module):
                                      kv_segmentation=inputs_segmentation)
     h = self.decoder(decoder_inputs, self_mask, targets_position, encoded, cross_mask,
                      deterministic=deterministic, decode=decode)
-    return self.output_logits(h)
+    return h if return_hidden else self.output_logits(h)
+
+  def project(self, hidden: jax.Array) -> jax.Array:
+    """Final hidden states float[B, L, d] -> logits float[B, L, V]."""
+    return self.output_logits(hidden)
 
   def __call__(self, inputs: jax.Array, targets: jax.Array, *,
                inputs_segmentation: Optional[jax.Array] = None,
                targets_segmentation: Optional[jax.Array] = None,
                inputs_position: Optional[jax.Array] = None,
                targets_position: Optional[jax.Array] = None,
-               deterministic: bool = True) -> jax.Array:
-    """inputs int[B, Ls], targets int[B, Lt] -> logits float[B, Lt, V]."""
+               deterministic: bool = True, return_hidden: bool = False) -> jax.Array:
+    """inputs int[B, Ls], targets int[B, Lt] -> logits float[B, Lt, V] (or hidden [B, Lt, d])."""
     encoded = self.encode(inputs, inputs_segmentation=inputs_segmentation,
                           inputs_position=inputs_position, deterministic=deterministic)
     return self.decode(encoded, inputs, targets, inputs_segmentation=inputs_segmentation,
                        targets_segmentation=targets_segmentation,
-                       targets_position=targets_position, deterministic=deterministic)
+                       targets_position=targets_position, deterministic=deterministic,
+                       return_hidden=return_hidden)
 
 
 class DecoderOnly(nn.Module):
@@ -165,8 +172,10 @@ class DecoderOnly(nn.Module):
 
   def __call__(self, tokens: jax.Array, *, segmentation: Optional[jax.Array] = None,
                position: Optional[jax.Array] = None, deterministic: bool = True,
-               decode: bool = False) -> jax.Array:
-    """tokens int[B, L] -> logits float[B, L, V]; with decode=True, tokens is the previous token [B, 1]."""
+               decode: bool = False, return_hidden: bool = False) -> jax.Array:
+    """tokens int[B, L] -> logits float[B, L, V]; with decode=True, tokens is the previous token [B, 1].
+
+    return_hidden=True returns the final hidden states float[B, L, d] (see `project`)."""
     if decode:
       decoder_inputs, mask = tokens, None
     else:
@@ -175,4 +184,8 @@ class DecoderOnly(nn.Module):
       mask = make_attention_mask(valid, valid, causal=True, q_segmentation=segmentation,
                                  kv_segmentation=segmentation)
     h = self.decoder(decoder_inputs, mask, position, deterministic=deterministic, decode=decode)
-    return self.output_logits(h)
+    return h if return_hidden else self.output_logits(h)
+
+  def project(self, hidden: jax.Array) -> jax.Array:
+    """Final hidden states float[B, L, d] -> logits float[B, L, V]."""
+    return self.output_logits(hidden)

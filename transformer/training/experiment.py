@@ -61,6 +61,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.update(default_optimizer_fields())
   c.label_smoothing = 0.1  # Section 5.4
   c.z_loss = 0.0
+  c.loss_chunk_size = 0  # > 0: score the logits this many positions at a time (large vocabularies)
   c.log_every_steps = 50
   c.eval_every_steps = 500
   c.checkpoint_every_steps = 500

@@ -158,10 +158,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   train_step = jax.jit(
       steps.make_train_step(model, tx, lr_fn, label_smoothing=config.label_smoothing,
-                            z_loss=config.z_loss, grad_accum_steps=config.grad_accum_steps),
+                            z_loss=config.z_loss, grad_accum_steps=config.grad_accum_steps,
+                            loss_chunk_size=config.loss_chunk_size),
       in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl), donate_argnums=0)
   eval_step = jax.jit(steps.make_eval_step(model, label_smoothing=config.label_smoothing,
-                                           z_loss=config.z_loss),
+                                           z_loss=config.z_loss,
+                                           loss_chunk_size=config.loss_chunk_size),
                       in_shardings=(repl, data_sharding), out_shardings=repl)
 
   sigterm = _install_sigterm_flag()
