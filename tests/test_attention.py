@@ -41,26 +41,30 @@ def _mask_with_empty_rows(b=2, lq=5, lk=7, seed=1):
   return mask
 
 
+@pytest.mark.parametrize("implementation", ["einsum", "xla"])
 @pytest.mark.parametrize("scale", [None, 1.0, 1 / 8, 0.37])
 @pytest.mark.parametrize("softcap", [None, 3.0])
 @pytest.mark.parametrize("masked", [False, True])
-def test_matches_reference(scale, softcap, masked):
+def test_matches_reference(implementation, scale, softcap, masked):
   q, k, v = _qkv()
   mask = _mask_with_empty_rows() if masked else None
   out = attention.dot_product_attention(q, k, v, mask=None if mask is None else jnp.asarray(mask),
-                                        scale=scale, softcap=softcap)
+                                        scale=scale, softcap=softcap,
+                                        implementation=implementation)
   np.testing.assert_allclose(out, reference_attention(q, k, v, mask, scale, softcap), atol=2e-5)
   assert np.all(np.isfinite(out))
   if masked:
     assert np.all(np.asarray(out)[0, 2] == 0) and np.all(np.asarray(out)[1, 4] == 0)
 
 
-def test_fully_masked_rows_have_finite_zero_gradients():
+@pytest.mark.parametrize("implementation", ["einsum", "xla"])
+def test_fully_masked_rows_have_finite_zero_gradients(implementation):
   q, k, v = _qkv()
   mask = jnp.zeros((2, 1, 5, 7), bool)
   for softcap in (None, 2.0):
     loss = lambda q, k, v: jnp.sum(  # noqa: E731
-        attention.dot_product_attention(q, k, v, mask=mask, softcap=softcap) ** 2)
+        attention.dot_product_attention(q, k, v, mask=mask, softcap=softcap,
+                                        implementation=implementation) ** 2)
     grads = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
     for g in grads:
       assert np.all(np.asarray(g) == 0)
@@ -104,6 +108,15 @@ def _module_reference(cfg, params, x, kv, mask):
     scale = {"inv_sqrt_dk": dk ** -0.5, "inv_dk": 1 / dk, "none": 1.0}.get(mode, mode)
   out = reference_attention(q, k, v, mask, scale, cfg.attn_logit_softcap)
   return np.einsum("blhk,hkd->bld", out, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+def test_attention_dropout_drops_weights():
+  q, k, v = _qkv()
+  out = attention.dot_product_attention(q, k, v, dropout_rate=0.5,
+                                        dropout_rng=jax.random.PRNGKey(0))
+  assert not np.allclose(out, attention.dot_product_attention(q, k, v), atol=1e-3)
+  with pytest.raises(ValueError, match="implementation"):
+    attention.dot_product_attention(q, k, v, implementation="flash")
 
 
 @pytest.mark.parametrize("attention_scale", ["inv_sqrt_dk", "inv_dk", "none", 0.3, "learned"])

@@ -41,26 +41,36 @@ def make_attention_mask(q_valid: jax.Array, kv_valid: jax.Array, *, causal: bool
 def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
                      softcap: Optional[float] = None) -> jax.Array:
   """scale * q.k^T (then soft-capped) in float32: [B, Lq, H, D] x [B, Lk, H, D] -> [B, H, Lq, Lk]."""
-  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32) * scale
+  # Heads-first operands: XLA:CPU runs these batched matmuls ~1.7x faster (fwd+bwd) than
+  # with the head axis in the middle.
+  q, k = jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2)
+  logits = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
   if softcap is not None:
     logits = softcap * jnp.tanh(logits / softcap)
   return logits
+
+
+IMPLEMENTATIONS = ("einsum", "xla", "cudnn")
 
 
 def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
                           mask: Optional[jax.Array] = None, scale: Optional[float] = None,
                           softcap: Optional[float] = None, dropout_rate: float = 0.0,
                           dropout_rng: Optional[jax.Array] = None,
-                          implementation: Optional[str] = None) -> jax.Array:
+                          implementation: str = "einsum") -> jax.Array:
   """softmax(scale * q k^T) v: query [B, Lq, H, D], key/value [B, Lk, H, D] -> [B, Lq, H, D].
 
   scale None means 1/sqrt(D) (the paper). A query row whose mask is all False returns zeros
-  (never NaN). Without soft cap and attention dropout this calls `jax.nn.dot_product_attention`,
-  so `implementation='cudnn'` selects cuDNN's fused flash attention on GPU.
+  (never NaN). implementation: 'einsum' (plain XLA einsums; any soft cap or attention
+  dropout), or 'xla' / 'cudnn' through `jax.nn.dot_product_attention` ('cudnn' is cuDNN's
+  fused flash attention on GPU); those two fall back to 'einsum' for a soft cap or dropout.
   """
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f"implementation={implementation!r} is not one of {list(IMPLEMENTATIONS)}.")
   if scale is None:
     scale = 1.0 / math.sqrt(query.shape[-1])
-  if softcap is None and (dropout_rate == 0.0 or dropout_rng is None):
+  dropout = dropout_rate > 0.0 and dropout_rng is not None
+  if implementation != "einsum" and softcap is None and not dropout:
     out = jax.nn.dot_product_attention(query, key, value, mask=mask, scale=scale,
                                        implementation=implementation)
   else:
@@ -68,10 +78,11 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
     if mask is not None:
       logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(logits, axis=-1)
-    if dropout_rate > 0.0 and dropout_rng is not None:
+    if dropout:
       keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
       weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(value.dtype), value)
+    out = jnp.einsum("bhqk,bhkd->bhqd", weights.astype(value.dtype), jnp.swapaxes(value, 1, 2))
+    out = jnp.swapaxes(out, 1, 2)
   if mask is not None:
     # Softmax over an all-masked row is uniform; such rows must contribute nothing.
     has_key = jnp.any(mask, axis=-1)  # [B|1, H|1, Lq]
@@ -140,7 +151,8 @@ class MultiHeadAttention(nn.Module):
       dropout_rng = self.make_rng("dropout")
     out = dot_product_attention(query, key, value, mask=mask, scale=scale,
                                 softcap=cfg.attn_logit_softcap,
-                                dropout_rate=cfg.attention_dropout_rate, dropout_rng=dropout_rng)
+                                dropout_rate=cfg.attention_dropout_rate, dropout_rng=dropout_rng,
+                                implementation=cfg.attention_impl)
     return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias,
                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                            kernel_init=nn.initializers.xavier_uniform(), name="out")(out)

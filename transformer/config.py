@@ -31,6 +31,7 @@ MODES: dict[str, tuple[str, ...]] = {
     "dtype": ("float32", "bfloat16", "float16"),
     "param_dtype": ("float32", "bfloat16"),
     "remat": ("none", "full", "dots"),
+    "attention_impl": ("einsum", "xla", "cudnn"),
 }
 _FLOAT_OK = ("embed_scale", "embed_init_std", "logits_scale", "attention_scale")
 
@@ -87,6 +88,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   scan_layers: bool = False  # nn.scan over blocks: compile time independent of depth
   remat: str = "none"  # recompute activations in the backward pass: 'full' or 'dots'
+  attention_impl: str = "einsum"  # 'xla'/'cudnn': jax.nn.dot_product_attention (cuDNN flash on GPU)
 
   def __post_init__(self):
     self.validate()
