@@ -10,6 +10,7 @@ import pytest
 
 from transformer.data import pipeline, synthetic
 from transformer.data.pipeline import Sources
+from transformer.data.tokenizer import SyntheticTokenizer
 
 NUM_FAKE = 37  # odd, so shards and eval batches come out uneven
 
@@ -36,14 +37,17 @@ def fake(monkeypatch):
     return [{"inputs": np.array([i + 3, 1], np.int32), "targets": np.array([i + 3, i + 3, 1],
                                                                                np.int32)}
             for i in range(n)]
-  monkeypatch.setitem(pipeline.SOURCES, "fake", lambda cfg: Sources(
-      train=examples(NUM_FAKE), eval=examples(NUM_FAKE), vocab_size=NUM_FAKE + 3,
-      decode_ids=str))
+  monkeypatch.setitem(pipeline.SOURCES, "fake", lambda cfg, workdir: Sources(
+      train=examples(NUM_FAKE), eval=examples(NUM_FAKE),
+      tokenizer=SyntheticTokenizer("copy", NUM_FAKE)))
   return lambda **kw: _config(None, dataset="fake", **kw)
 
 
 def _ids(batch):
-  """Example ids of the non-zero rows of a fake batch."""
+  """Example ids of the non-zero rows (or packed segments) of a fake batch."""
+  if "inputs_segmentation" in batch:
+    return [int(t) - 3 for row, seg in zip(batch["inputs"], batch["inputs_segmentation"])
+            for t, first in zip(row, np.diff(seg, prepend=0)) if first > 0]
   return [int(r[0]) - 3 for r in batch["inputs"] if r.any()]
 
 
@@ -59,9 +63,12 @@ def _assert_same(xs, ys):
       np.testing.assert_array_equal(x[k], y[k])
 
 
-def test_synthetic_batches(data_dir):
-  ds = pipeline.get_datasets(_config(data_dir), process_index=1, process_count=2)
+def test_synthetic_batches(data_dir, tmp_path):
+  ds = pipeline.get_datasets(_config(data_dir), workdir=str(tmp_path), process_index=1,
+                             process_count=2)
   assert (ds.vocab_size, ds.batch_size, ds.num_eval_examples) == (11, 4, 50)
+  assert ds.tokenizer.vocab_size == 11 and ds.packing == "none"
+  assert (tmp_path / "tokenizer.json").exists()  # decoding loads it like any other
   assert ds.input_key_names == ("inputs", "targets")
   for batch in _take(ds.train_iter(), 3) + list(ds.eval_batches()):
     assert set(batch) == {"inputs", "targets"}
@@ -108,11 +115,13 @@ def test_processes_read_disjoint_rows_covering_the_split(fake):
       a + b for a, b in zip(*per_process)]
 
 
-@pytest.mark.parametrize("count,batch_size", [(1, 5), (1, 64), (2, 2), (2, 6), (4, 16)])
-def test_eval_covers_every_example_once(fake, count, batch_size):
+@pytest.mark.parametrize("count,batch_size,packing", [
+    (1, 5, "none"), (1, 64, "none"), (2, 2, "none"), (2, 6, "pack"), (4, 16, "pack")])
+def test_eval_covers_every_example_once(fake, count, batch_size, packing):
   ids, num_batches = [], set()
   for p in range(count):
-    ds = pipeline.get_datasets(fake(batch_size=batch_size), process_index=p, process_count=count)
+    ds = pipeline.get_datasets(fake(batch_size=batch_size, packing=packing), process_index=p,
+                               process_count=count)
     batches = list(ds.eval_batches())
     assert len(batches) == ds.num_eval_batches
     num_batches.add(len(batches))
@@ -134,8 +143,9 @@ def test_eval_of_synthetic_split_is_disjoint_from_train(data_dir):
   assert not train & set(held_out)
 
 
-def test_iterator_state_round_trip(data_dir):
-  cfg = _config(data_dir)
+@pytest.mark.parametrize("packing", ["none", "pack"])
+def test_iterator_state_round_trip(data_dir, packing):
+  cfg = _config(data_dir, packing=packing)
   it = pipeline.get_datasets(cfg, process_index=0, process_count=2).train_iter()
   _take(it, 30)  # past an epoch of the 100-example shard
   state = it.get_state()
@@ -155,8 +165,33 @@ def test_truncation_is_counted_and_warned_once(data_dir, caplog):
   assert sum("truncated" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_packed_processes_read_disjoint_examples_and_match_one_process(fake):
+  per_process = []
+  for p in range(2):
+    ds = pipeline.get_datasets(fake(batch_size=4, packing="pack"), process_index=p,
+                               process_count=2)
+    per_process.append([_ids(b) for b in _take(ds.train_iter(), 2)])
+  alone = pipeline.get_datasets(fake(batch_size=4, packing="pack"), process_index=0,
+                                process_count=1)
+  one = [_ids(b) for b in _take(alone.train_iter(), 2)]
+  assert one == [a + b for a, b in zip(*per_process)]
+  first, second = ({i for rows in batches for i in rows} for batches in per_process)
+  assert not first & second
+  assert sum(len(rows) for rows in one) > 2 * 4  # several examples a row
+
+
+def test_measure_throughput_counts_non_pad_tokens(fake):
+  out = pipeline.measure_throughput(fake(batch_size=4, packing="pack"), 0.2)
+  assert out["batches"] >= 1 and out["tokens_per_sec"] > 0 and out["batches_per_sec"] > 0
+  assert out["tokens"] <= out["batches"] * 2 * 4 * 8 and 0 < out["fill"] <= 1
+
+
 def test_errors(data_dir):
   with pytest.raises(ValueError, match="Unknown dataset 'nope'; known datasets: .*synthetic"):
     pipeline.get_datasets(_config(data_dir, dataset="nope"), process_index=0, process_count=1)
   with pytest.raises(ValueError, match="batch_size=9 must be a positive multiple"):
     pipeline.get_datasets(_config(data_dir, batch_size=9), process_index=0, process_count=2)
+  with pytest.raises(ValueError, match="packing='tight' is not one of"):
+    pipeline.get_datasets(_config(data_dir, packing="tight"), process_index=0, process_count=1)
+  with pytest.raises(ValueError, match="packing='concat' splits examples across rows"):
+    pipeline.get_datasets(_config(data_dir, packing="concat"), process_index=0, process_count=1)

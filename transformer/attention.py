@@ -139,13 +139,22 @@ class MultiHeadAttention(nn.Module):
     if decode:
       key, value, mask = self._update_cache(key, value, mask)
 
+    # For transformer.diagnostics: q and k before the scale, the mask, the per-head scale.
+    # sow is a no-op unless apply(..., mutable=['intermediates']): training is unchanged.
+    self.sow("intermediates", "q", query)
+    self.sow("intermediates", "k", key)
+    if mask is not None:
+      self.sow("intermediates", "mask", mask)
     scale = attention_scale_value(cfg)
     if cfg.attention_scale == "learned":
       # One temperature per head, folded into q: (t_h q).k = t_h (q.k).
       temperature = self.param("temperature", nn.initializers.constant(scale), (heads,),
                                cfg.params_dtype)
+      self.sow("intermediates", "scale", temperature.astype(jnp.float32))
       query = query * temperature.astype(query.dtype)[:, None]
       scale = 1.0
+    else:
+      self.sow("intermediates", "scale", jnp.full((heads,), scale, jnp.float32))
     dropout_rng = None
     if not deterministic and cfg.attention_dropout_rate > 0.0:
       dropout_rng = self.make_rng("dropout")

@@ -75,6 +75,12 @@ class InputEmbedding(nn.Module):
     scale = embed_scale_value(cfg)
     x = self.token_embedding(tokens)
     pe = positional.PositionEmbedding(cfg, name="posemb")(positions)
+    # For transformer.diagnostics: the two terms of the sum, each as added (no-op unless
+    # apply(..., mutable=['intermediates'])).
+    sum_scale = scale if cfg.embed_scale_target == "sum" else 1.0
+    self.sow("intermediates", "token", scale * x)
+    if pe is not None:
+      self.sow("intermediates", "position", sum_scale * pe)
     if pe is None:
       x = scale * x
     elif cfg.embed_scale_target == "token":  # the paper: scale E[token], then add PE

@@ -62,8 +62,10 @@ class EncoderBlock(nn.Module):
     x = residual(cfg, x, lambda h: attn(h, h, mask, q_positions=positions, kv_positions=positions,
                                          deterministic=deterministic),
                  make_norm(cfg, name="attention_norm"), deterministic=deterministic)
-    return residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),
-                    make_norm(cfg, name="ffn_norm"), deterministic=deterministic)
+    x = residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),
+                 make_norm(cfg, name="ffn_norm"), deterministic=deterministic)
+    self.sow("intermediates", "output", x)  # the residual stream, for transformer.diagnostics
+    return x
 
 
 class DecoderBlock(nn.Module):
@@ -89,8 +91,10 @@ class DecoderBlock(nn.Module):
                                                  deterministic=deterministic),
                    make_norm(cfg, name="cross_attention_norm"), deterministic=deterministic)
     ffn = FeedForward(cfg, name="ffn")
-    return residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),
-                    make_norm(cfg, name="ffn_norm"), deterministic=deterministic)
+    x = residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),
+                 make_norm(cfg, name="ffn_norm"), deterministic=deterministic)
+    self.sow("intermediates", "output", x)  # the residual stream, for transformer.diagnostics
+    return x
 
 
 _REMAT_POLICIES = {
@@ -135,7 +139,7 @@ class BlockStack(nn.Module):
     if cfg.remat != "none":
       layer = nn.remat(_Layer, prevent_cse=not cfg.scan_layers, policy=_REMAT_POLICIES[cfg.remat])
     if cfg.scan_layers:
-      stack = nn.scan(layer, variable_axes={"params": 0, "cache": 0},
+      stack = nn.scan(layer, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
                       split_rngs={"params": True, "dropout": True},
                       in_axes=(nn.broadcast,) * len(args), length=self.num_layers)
       x, _ = stack(cfg, self.cross_attention, deterministic, decode, True, name="layers")(x, *args)

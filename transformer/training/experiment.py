@@ -53,6 +53,21 @@ def base_config() -> ml_collections.ConfigDict:
       task="reverse", vocab_size=32, min_len=4, max_len=16, digits=3, num_train=20000,
       num_eval=1000, seed=0))
   c.tfds_data_dir = config_dict.placeholder(str)  # None: ~/tensorflow_datasets
+  # Text datasets (transformer/data/text.py): text_files, parallel_text, or a TFDS name.
+  c.data_files = config_dict.placeholder(str)  # files, globs, dirs; comma-separated
+  c.eval_files = config_dict.placeholder(str)  # None: hold out eval_fraction of data_files
+  c.eval_fraction = 0.01
+  c.text_split = "paragraph"  # documents of text_files / tiny_shakespeare: 'paragraph', 'line'
+  c.source_lang = "de"  # translation TFDS datasets (wmtNN_translate/xx-yy)
+  c.target_lang = "en"
+  c.train_split = "train"
+  c.eval_split = config_dict.placeholder(str)  # None: the dataset's held-out split
+  c.packing = "none"  # 'none', 'pack' (whole examples), 'concat' (LM: rows cut from a stream)
+  c.tokenizer = ml_collections.ConfigDict(dict(
+      kind="sentencepiece",  # or 'bytes' (no training)
+      vocab_size=8000,
+      path=config_dict.placeholder(str),  # None: WORKDIR/tokenizer.model
+      model_type="unigram", character_coverage=0.9995, train_examples=1_000_000))
   c.data_threads = 2
   c.data_prefetch = 4
   c.batch_size = 64  # global, over all devices and hosts
@@ -64,6 +79,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss_chunk_size = 0  # > 0: score the logits this many positions at a time (large vocabularies)
   c.log_every_steps = 50
   c.eval_every_steps = 500
+  c.diagnostics_every_steps = 0  # > 0: transformer.diagnostics on the train batch -> 'diagnostics'
+  c.bleu_every_steps = 0  # > 0: BLEU + exact match of beam search on the eval split (seq2seq)
+  c.num_decode_examples = 3  # decoded eval examples shown in TensorBoard and the log
   c.checkpoint_every_steps = 500
   c.keep_checkpoints = 3
   c.async_checkpoints = True

@@ -22,7 +22,7 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from transformer import checkpoint
+from transformer import checkpoint, diagnostics, evaluation
 from transformer.config import ModelConfig
 from transformer.data import pipeline
 from transformer.models import DecoderOnly, Transformer
@@ -88,16 +88,16 @@ def _all_processes_agree(value: bool) -> bool:
   return bool(np.any(multihost_utils.process_allgather(np.asarray(value))))
 
 
-def _get_datasets(config: ml_collections.ConfigDict) -> pipeline.Datasets:
-  """Process 0 prepares the data first; the others then read what it wrote (no build race)."""
+def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.Datasets:
+  """Process 0 prepares the data (and tokenizer) first; the others then read what it wrote."""
   if jax.process_count() == 1:
-    return pipeline.get_datasets(config)
+    return pipeline.get_datasets(config, workdir=workdir)
   from jax.experimental import multihost_utils
   if jax.process_index() == 0:
-    datasets = pipeline.get_datasets(config)
+    datasets = pipeline.get_datasets(config, workdir=workdir)
   multihost_utils.sync_global_devices("transformer: datasets prepared")
   if jax.process_index() != 0:
-    datasets = pipeline.get_datasets(config)
+    datasets = pipeline.get_datasets(config, workdir=workdir)
   return datasets
 
 
@@ -117,7 +117,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   `devices` defaults to every device of every process (the mesh's data axis).
   """
   _check_workdir(workdir)
-  datasets = _get_datasets(config)
+  datasets = _get_datasets(config, workdir)
   model_config = experiment.model_config(config, datasets.vocab_size)
   _check_same_model(workdir, model_config, config.allow_model_change)
   resolved = {"experiment": config.to_dict(), "model": model_config.to_dict()}
@@ -128,6 +128,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     raise TrainingError(f"batch_size={config.batch_size} must split into grad_accum_steps="
                         f"{config.grad_accum_steps} micro-batches, each divisible by the "
                         f"{mesh.devices.size} devices.")
+  if config.bleu_every_steps and config.model_type != "seq2seq":
+    raise TrainingError(f"bleu_every_steps={config.bleu_every_steps} needs model_type='seq2seq' "
+                        "(BLEU scores translations); set --config.bleu_every_steps=0.")
   model = build_model(config, model_config)
   tx = optimizers.make_optimizer(config)
   lr_fn = optimizers.learning_rate_fn(config)
@@ -166,6 +169,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                                            loss_chunk_size=config.loss_chunk_size),
                       in_shardings=(repl, data_sharding), out_shardings=repl)
 
+  diagnose_fn = diagnostics.make_training_diagnostics(
+      model, label_smoothing=config.label_smoothing, z_loss=config.z_loss)
   sigterm = _install_sigterm_flag()
   num_steps = config.num_train_steps
   pending: list[dict[str, jax.Array]] = []  # device metrics since the last log step
@@ -210,7 +215,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       if sigterm["stop"] and _all_processes_agree(True):
         break
       batch = sharding.global_batch(next(train_iter), mesh)
+      diagnose = config.diagnostics_every_steps and (step + 1) % config.diagnostics_every_steps == 0
+      old_params = jax.tree_util.tree_map(jnp.copy, state.params) if diagnose else None  # donated
       state, metrics = train_step(state, batch, train_rng)
+      if diagnose:
+        writer.write(step + 1, "diagnostics", diagnose_fn(old_params, state.params, batch,
+                                                          train_rng, step))
       pending.append(metrics)
       step += 1
       bar.update(1)
@@ -229,6 +239,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         writer.write(step, "eval", final["eval"])
         logging.info("step %d eval %s", step, final["eval"])
         timer = time.perf_counter()  # eval time is not training throughput
+      if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
+        decoded = evaluation.decode_eval_split(model, state.params, datasets, mesh)
+        final["decode"] = decoded.metrics()
+        examples = decoded.examples_markdown(config.num_decode_examples)
+        writer.write(step, "decode", final["decode"])
+        writer.write_text(step, "decode/examples", examples)
+        logging.info("step %d decode %s\n%s", step, final["decode"], examples)
+        timer = time.perf_counter()
       if step % config.checkpoint_every_steps == 0 or is_last:
         ckpt.save(step, state, data_iter=train_iter, config=resolved)
     if step < num_steps:  # preempted: save where we are, exit cleanly

@@ -1,0 +1,70 @@
+"""Translates (seq2seq) or continues (lm) text with a trained workdir, one line per line.
+
+  python scripts/decode.py --workdir=/tmp/transformer-default < in.txt > out.txt
+  echo "a b c d" | python scripts/decode.py --workdir=DIR --method=greedy
+  python scripts/decode.py --workdir=DIR --input=in.txt --output=out.txt --step=1500
+
+The newest readable checkpoint (or --step) and the workdir's tokenizer; beam search (beam 4,
+alpha 0.6, as the paper) unless --method=greedy or --method=sample. The output has exactly one
+line per input line, in order; an empty line gives an empty line. Logic: transformer.inference.
+"""
+
+import sys
+
+from absl import app, flags, logging
+
+from transformer import inference
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")
+_INPUT = flags.DEFINE_string("input", "-", "Input text file, one example a line ('-' = stdin).")
+_OUTPUT = flags.DEFINE_string("output", "-", "Output file ('-' = stdout).")
+_TOKENIZER = flags.DEFINE_string("tokenizer", None, "A tokenizer file instead of the workdir's.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Lines decoded together.")
+_MAX_INPUT_LEN = flags.DEFINE_integer("max_input_len", None,
+                                      "Longer inputs are truncated (default: the training rows).")
+_PROMPT_EOS = flags.DEFINE_enum("prompt_eos", "auto", ["auto", "true", "false"],
+                                "lm: append EOS to each prompt (auto: for seq2seq-style data).")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+_DECODE_CONFIG = inference.define_decode_flags()
+flags.mark_flags_as_required(["workdir"])
+
+
+def _read_lines(path: str) -> list[str]:
+  """Lines without their line break; a final line break does not add an empty line."""
+  if path == "-":
+    return [line.rstrip("\n") for line in sys.stdin]
+  with open(path, encoding="utf-8") as f:
+    return [line.rstrip("\n") for line in f]
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+  text = "".join(line + "\n" for line in lines)
+  if path == "-":
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  else:
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(text)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if not flags.FLAGS["verbosity"].present:  # keep orbax's per-file INFO lines off the terminal
+    logging.set_verbosity(logging.WARNING)
+  try:
+    config = _DECODE_CONFIG()
+    lines = _read_lines(_INPUT.value)
+    loaded = inference.load(_WORKDIR.value, _STEP.value, _TOKENIZER.value)
+    prompt_eos = None if _PROMPT_EOS.value == "auto" else _PROMPT_EOS.value == "true"
+    outputs = inference.decode_lines(loaded, lines, config, batch_size=_BATCH_SIZE.value,
+                                     max_len=_MAX_INPUT_LEN.value, prompt_eos=prompt_eos,
+                                     seed=_SEED.value)
+    _write_lines(_OUTPUT.value, outputs)
+  except (ValueError, OSError) as e:  # InferenceError is a ValueError
+    sys.exit(f"error: {' '.join(str(e).split())}")
+
+
+if __name__ == "__main__":
+  app.run(main)

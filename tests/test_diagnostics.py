@@ -1,0 +1,164 @@
+"""transformer.diagnostics: the scale statistics against their expected values and numpy."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import diagnostics
+from transformer.attention import MultiHeadAttention
+from transformer.config import ModelConfig
+from transformer.models import DecoderOnly, Transformer, shift_right
+
+VOCAB = 64
+
+
+def _lm(**overrides):
+  cfg = ModelConfig.from_recipe("vaswani2017", vocab_size=VOCAB, d_model=256, num_heads=4,
+                                d_ff=32, num_encoder_layers=0, num_decoder_layers=1, max_len=64,
+                                **overrides)
+  model = DecoderOnly(cfg)
+  tokens = jnp.asarray(np.random.RandomState(0).randint(1, VOCAB, (4, 64)), jnp.int32)
+  params = model.init(jax.random.PRNGKey(0), tokens)["params"]
+  return model, params, {"targets": tokens}
+
+
+@pytest.mark.parametrize("embed_scale, expected", [
+    ("sqrt_d", math.sqrt(2.0)),  # RMS(sqrt(d) * N(0, 1/d)) = 1, RMS(sinusoids) = 1/sqrt(2)
+    ("none", 1.0 / math.sqrt(256 / 2)),  # RMS(N(0, 1/d)) = d^-0.5
+])
+def test_embedding_to_posemb_ratio_at_init(embed_scale, expected):
+  model, params, batch = _lm(embed_scale=embed_scale)
+  out = diagnostics.scale_diagnostics(model, params, batch)
+  # PE's RMS is exactly 1/sqrt(2) (sin^2 + cos^2 = 1 per column pair); the token RMS is a
+  # sample of 64 x 256 Gaussians (~1% error): 5% is several standard errors.
+  np.testing.assert_allclose(float(out["decoder/embed/posemb_rms"]), 1 / math.sqrt(2), rtol=1e-5)
+  np.testing.assert_allclose(float(out["decoder/embed/ratio"]), expected, rtol=0.05)
+
+
+def test_frequency_buckets_split_the_ratio():
+  model, params, batch = _lm()
+  freq = jnp.arange(VOCAB, dtype=jnp.float32)[::-1]  # token 0 most frequent
+  np.testing.assert_array_equal(diagnostics.frequency_buckets(freq),
+                                np.repeat(np.arange(4), VOCAB // 4))
+  out = diagnostics.scale_diagnostics(model, params, batch, freq)
+  for b in range(4):
+    np.testing.assert_allclose(float(out[f"decoder/embed/bucket_{b}/ratio"]), math.sqrt(2),
+                               rtol=0.1)  # ~1/4 of the tokens each: a looser tolerance
+
+
+def test_rope_has_no_posemb_terms():
+  model, params, batch = _lm(posemb="rope")
+  out = diagnostics.scale_diagnostics(model, params, batch)
+  assert "decoder/embed/token_rms" in out and "decoder/embed/ratio" not in out
+
+
+def test_qk_variance_over_dk_is_one_for_unit_variance_q_and_k():
+  """q = x Q, k = y K with x, y ~ N(0, 1) iid and Q, K orthogonal: q, k are iid N(0, 1), so
+  Var(q.k) = d_k and, scaled by d_k^-0.5, the logits have unit variance (Section 3.2.1)."""
+  cfg = ModelConfig(d_model=128, num_heads=2, vocab_size=8, max_len=32)
+  d, heads, d_k = cfg.d_model, cfg.num_heads, cfg.qk_dim
+  mha = MultiHeadAttention(cfg, self_attention=False)
+  rng = np.random.RandomState(0)
+  x = jnp.asarray(rng.randn(4, 32, d), jnp.float32)
+  y = jnp.asarray(rng.randn(4, 32, d), jnp.float32)  # independent of x: no q_i.k_i terms
+  params = mha.init(jax.random.PRNGKey(0), x, y, None)["params"]
+  for name, seed in (("query", 1), ("key", 2)):
+    orth = np.linalg.qr(np.random.RandomState(seed).randn(d, d))[0]
+    params[name]["kernel"] = jnp.asarray(orth.reshape(d, heads, d_k), jnp.float32)
+    params[name]["bias"] = jnp.zeros_like(params[name]["bias"])
+  _, state = mha.apply({"params": params}, x, y, None, mutable=["intermediates"])
+  sown = state["intermediates"]
+  stats = diagnostics.attention_stats(sown["q"][0], sown["k"][0], sown["scale"][0])
+  # 4 x 32 x 32 logits per head, correlated along rows and columns: the variance estimate
+  # has a few percent error, so 10% is > 3 standard errors.
+  np.testing.assert_allclose(np.asarray(stats["qk_var_over_dk"]), 1.0, rtol=0.1)
+  np.testing.assert_allclose(np.asarray(stats["logit_var"]), 1.0, rtol=0.1)
+  np.testing.assert_allclose(np.asarray(stats["raw_var"]) / d_k, np.asarray(stats["logit_var"]),
+                             rtol=1e-4)
+
+
+def _np_entropy(logits, mask):
+  """Mean softmax entropy (nats) over valid keys, over rows with a valid key: numpy float64."""
+  logits = np.where(mask, logits, -np.inf)
+  rows = mask.any(-1)
+  z = logits - np.max(np.where(rows[..., None], logits, 0.0), -1, keepdims=True)
+  p = np.where(mask, np.exp(z), 0.0)
+  p = p / np.maximum(p.sum(-1, keepdims=True), 1e-300)
+  h = -np.sum(np.where(mask, p * np.log(np.where(mask, p, 1.0)), 0.0), -1)  # [B, H, Lq]
+  return np.array([h[:, i][rows[:, i]].mean() for i in range(h.shape[1])])
+
+
+def test_entropy_and_log_z_match_numpy():
+  cfg = ModelConfig.from_recipe("vaswani2017", vocab_size=16, d_model=32, num_heads=2, d_ff=32,
+                                num_encoder_layers=1, num_decoder_layers=1, max_len=8,
+                                attention_scale=0.5)  # a sharp scale: entropies well below log(L)
+  model = Transformer(cfg)
+  batch = {"inputs": jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 1]], jnp.int32),
+           "targets": jnp.array([[5, 6, 1, 0, 0, 0], [2, 3, 4, 5, 6, 1]], jnp.int32)}
+  params = model.init(jax.random.PRNGKey(1), batch["inputs"], batch["targets"])["params"]
+  out = diagnostics.scale_diagnostics(model, params, batch)
+  logits, state = model.apply({"params": params}, batch["inputs"], batch["targets"],
+                              mutable=["intermediates"])
+  inter = state["intermediates"]
+  for stack, kind in (("encoder", "self_attention"), ("decoder", "self_attention"),
+                      ("decoder", "cross_attention")):
+    a = inter[stack]["blocks"]["layer_0"][kind]
+    q, k = np.asarray(a["q"][0], np.float64), np.asarray(a["k"][0], np.float64)
+    raw = np.einsum("bqhd,bkhd->bhqk", q, k)
+    mask = np.broadcast_to(np.asarray(a["mask"][0]), raw.shape)
+    scaled = raw * 0.5
+    for h in range(2):
+      key = f"{stack}/layer_0/{kind}/head_{h}"
+      np.testing.assert_allclose(float(out[f"{key}/raw_var"]), raw[:, h][mask[:, h]].var(),
+                                 rtol=1e-4)
+      np.testing.assert_allclose(float(out[f"{key}/logit_absmax"]),
+                                 np.abs(scaled[:, h][mask[:, h]]).max(), rtol=1e-5)
+      np.testing.assert_allclose(float(out[f"{key}/entropy"]), _np_entropy(scaled, mask)[h],
+                                 rtol=1e-4)
+  logits = np.asarray(logits, np.float64)
+  valid = np.asarray(batch["targets"]) > 0
+  m = logits.max(-1)
+  log_z = m + np.log(np.exp(logits - m[..., None]).sum(-1))
+  np.testing.assert_allclose(float(out["output/log_z"]), log_z[valid].mean(), rtol=1e-5)
+  np.testing.assert_allclose(float(out["output/max_logit"]), m[valid].mean(), rtol=1e-5)
+  # The decoder embeds shift_right(targets): its token RMS is over those ids.
+  emb = np.asarray(params["embedding"]["embedding"], np.float64) * math.sqrt(32)
+  tok = emb[np.asarray(shift_right(batch["targets"]))][valid]
+  np.testing.assert_allclose(float(out["decoder/embed/token_rms"]), np.sqrt(np.mean(tok ** 2)),
+                             rtol=1e-5)
+
+
+def test_update_diagnostics_per_group():
+  model, params, _ = _lm()
+  new = dict(params)
+  new["embedding"] = jax.tree_util.tree_map(lambda w: 1.1 * w, params["embedding"])
+  grads = jax.tree_util.tree_map(jnp.ones_like, params)
+  out = diagnostics.update_diagnostics(params, new, grads)
+  np.testing.assert_allclose(float(out["update_ratio/embedding"]), 0.1, rtol=1e-4)
+  assert float(out["update_ratio/decoder/layer_0"]) == 0.0
+  n_block = sum(x.size for x in jax.tree_util.tree_leaves(params["decoder"]["blocks"]["layer_0"]))
+  np.testing.assert_allclose(float(out["grad_norm/decoder/layer_0"]), math.sqrt(n_block),
+                             rtol=1e-5)
+  np.testing.assert_allclose(float(out["grad_norm/embedding"]), math.sqrt(VOCAB * 256), rtol=1e-5)
+
+
+def test_scanned_layers_give_the_same_names_and_values():
+  kw = dict(vocab_size=16, d_model=16, num_heads=2, d_ff=16, num_encoder_layers=0,
+            num_decoder_layers=2, max_len=8)
+  tokens = jnp.array([[3, 4, 5, 1, 0, 0]], jnp.int32)
+  loop_model = DecoderOnly(ModelConfig(**kw))
+  scan_model = DecoderOnly(ModelConfig(**kw, scan_layers=True))
+  scan_params = scan_model.init(jax.random.PRNGKey(0), tokens)["params"]
+  layers = scan_params["decoder"]["blocks"]["layers"]["block"]
+  loop_params = {**scan_params, "decoder": {**scan_params["decoder"], "blocks": {
+      f"layer_{i}": jax.tree_util.tree_map(lambda x: x[i], layers) for i in range(2)}}}
+  a = diagnostics.scale_diagnostics(loop_model, loop_params, {"targets": tokens})
+  b = diagnostics.scale_diagnostics(scan_model, scan_params, {"targets": tokens})
+  assert sorted(a) == sorted(b) and "decoder/layer_1/self_attention/head_1/entropy" in a
+  for k in a:
+    np.testing.assert_allclose(float(a[k]), float(b[k]), rtol=1e-4, atol=1e-6, err_msg=k)
+  ua = diagnostics.update_diagnostics(scan_params, scan_params, scan_params)
+  assert "grad_norm/decoder/layer_1" in ua

@@ -1,0 +1,271 @@
+"""Text corpora: local TFDS builders, standard TFDS names under mock_data, one config line, errors."""
+
+import contextlib
+import logging
+import os
+import time
+
+import jax
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from conftest import REPO
+from transformer.data import pipeline, text
+from transformer.training.experiment import load_config
+
+PARAGRAPHS = [f"Paragraph {i} first line,\nand its second line {i * 7}." for i in range(40)]
+
+
+def _write(path, content, mode="w"):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if isinstance(content, bytes):
+    path.write_bytes(content)
+  else:
+    path.write_text(content, encoding="utf-8")
+  return str(path)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+  _write(tmp_path / "books" / "a.txt", "\n\n".join(PARAGRAPHS[:25]) + "\n")
+  _write(tmp_path / "books" / "b.txt", "\n\n".join(PARAGRAPHS[25:]))
+  return tmp_path
+
+
+def _config(name, tmp_path, **overrides):
+  """configs/lm.py or translate.py, shrunk, with `overrides` (dataset=... is the one line)."""
+  config = load_config(str(REPO / "configs" / f"{name}.py"))
+  config.tfds_data_dir = str(tmp_path / "tfds")
+  config.tokenizer.kind = "bytes"  # no training: these tests are about the data
+  config.batch_size, config.max_len = 4, 32
+  config.eval_fraction = 0.1
+  config.update(overrides)
+  return config
+
+
+def _docs(builder, split):
+  return sorted(ex["text"].decode() for ex in builder.as_data_source(split))
+
+
+def test_text_files_documents_held_out_split_and_origins(corpus):
+  files = str(corpus / "books" / "*.txt")
+  builder = text.build_local("text_files", str(corpus / "tfds"), data_files=files,
+                             eval_fraction=0.1)
+  train, validation = _docs(builder, "train"), _docs(builder, "validation")
+  assert len(validation) == 4 and not set(train) & set(validation)
+  assert sorted(train + validation) == sorted(PARAGRAPHS)
+  origins = {ex["text"].decode(): ex["origin"].decode()
+             for ex in builder.as_data_source("train")}
+  assert origins.get(PARAGRAPHS[1], f"{corpus}/books/a.txt:4") == f"{corpus}/books/a.txt:4"
+  # Deterministic: the same files and seed give the same split; lines make more documents.
+  again = text.build_local("text_files", str(corpus / "tfds"), data_files=files,
+                           eval_fraction=0.1)
+  assert again.data_path == builder.data_path and _docs(again, "validation") == validation
+  lines = text.build_local("text_files", str(corpus / "tfds"), data_files=files,
+                           text_split="line", eval_fraction=0.1)
+  assert len(lines.as_data_source("train")) + len(lines.as_data_source("validation")) == 80
+
+
+def test_changed_files_rebuild_unchanged_files_do_not(corpus):
+  files = str(corpus / "books" / "*.txt")
+  first = text.build_local("text_files", str(corpus / "tfds"), data_files=files)
+  stamp = {p.name: os.stat(p).st_mtime_ns for p in first.data_path.iterdir()}
+  same = text.build_local("text_files", str(corpus / "tfds"), data_files=files)
+  assert {p.name: os.stat(p).st_mtime_ns for p in same.data_path.iterdir()} == stamp
+  time.sleep(0.01)
+  _write(corpus / "books" / "b.txt", "\n\n".join(PARAGRAPHS[25:] + ["A new paragraph."]))
+  changed = text.build_local("text_files", str(corpus / "tfds"), data_files=files)
+  assert changed.data_path != first.data_path
+  assert "A new paragraph." in _docs(changed, "train") + _docs(changed, "validation")
+
+
+def test_parallel_text_from_tsv_and_from_two_files(tmp_path):
+  pairs = [(f"quelle {i} ü", f"target {i}") for i in range(30)]
+  tsv = _write(tmp_path / "c.tsv", "".join(f"{s}\t{t}\n" for s, t in pairs))
+  src = _write(tmp_path / "c.de", "".join(f"{s}\n" for s, _ in pairs))
+  tgt = _write(tmp_path / "c.en", "".join(f"{t}\n" for _, t in pairs))
+  for files in (tsv, f"{src},{tgt}"):
+    builder = text.build_local("parallel_text", str(tmp_path / "tfds"), data_files=files,
+                               eval_fraction=0.1)
+    got = sorted((ex["source"].decode(), ex["target"].decode())
+                 for split in ("train", "validation") for ex in builder.as_data_source(split))
+    assert got == sorted(pairs) and len(builder.as_data_source("validation")) == 3
+
+
+def test_invalid_utf8_is_replaced_counted_and_warned(tmp_path, caplog):
+  path = _write(tmp_path / "bad.txt", b"good line\nbad \xff\xfe line\nok\n\xc3\n")
+  with caplog.at_level(logging.WARNING):
+    lines = text.read_lines(path)
+  assert lines == ["good line", "bad \ufffd\ufffd line", "ok", "\ufffd"]
+  (record,) = [r.getMessage() for r in caplog.records if "UTF-8" in r.getMessage()]
+  assert f"{path}: 2 line(s) held invalid UTF-8 (first: line 2), replaced by U+FFFD" in record
+  assert "re-encode the file as UTF-8" in record
+
+
+@pytest.mark.parametrize("dataset,overrides,error,message", [
+    ("text_files", {"data_files": "{d}/missing.txt"}, FileNotFoundError,
+     "No file matches '{d}/missing.txt' (config.data_files); check the path"),
+    ("text_files", {"data_files": "{d}/none/*.txt"}, FileNotFoundError,
+     "No file matches '{d}/none/*.txt'"),
+    ("text_files", {"data_files": "{d}/emptydir"}, FileNotFoundError,
+     "Directory {d}/emptydir (config.data_files) holds no files; put text files in it"),
+    ("text_files", {"data_files": "{d}/empty.txt"}, ValueError,
+     "File {d}/empty.txt (config.data_files) is empty; add text to it"),
+    ("text_files", {"data_files": None}, ValueError,
+     "config.data_files is not set; pass --config.data_files=FILE"),
+    ("parallel_text", {"data_files": "{d}/a.de,{d}/a.en"}, ValueError,
+     "{d}/a.de has 3 lines but {d}/a.en has 2; the two parallel files must be line-aligned"),
+    ("parallel_text", {"data_files": "{d}/bad.tsv"}, ValueError,
+     "{d}/bad.tsv line 2 has 0 TABs, not 1; write each line as source<TAB>target"),
+    ("text_files", {"data_files": "{d}/one.txt", "tokenizer.kind": "sentencepiece",
+                    "tokenizer.vocab_size": 3000}, ValueError,
+     "tokenizer.vocab_size=3000 is larger than the train split of text_files ({d}/one.txt) "
+     "supports (at most"),
+    ("text_files", {"data_files": "{d}/one.txt", "text_split": "words"}, ValueError,
+     "text_split='words' is not one of"),
+    ("lm1b", {"tfds_data_dir": "{d}/tfds"}, FileNotFoundError,
+     "TFDS dataset 'lm1b' split 'train' is not prepared as array_record in {d}/tfds"),
+    ("wmt14_translate/de-en", {"source_lang": "fr"}, ValueError,
+     "source_lang='fr' is not a language of wmt14_translate/de-en; use one of ['de', 'en']"),
+    ("nope", {}, ValueError, "Unknown dataset 'nope'; known datasets: parallel_text, "
+                             "synthetic, text_files, wmt14_translate/de-en"),
+])
+def test_bad_input_gives_one_clear_message(tmp_path, dataset, overrides, error, message):
+  d = str(tmp_path)
+  (tmp_path / "emptydir").mkdir()
+  _write(tmp_path / "empty.txt", "")
+  _write(tmp_path / "a.de", "eins\nzwei\ndrei\n")
+  _write(tmp_path / "a.en", "one\ntwo\n")
+  _write(tmp_path / "bad.tsv", "eins\tone\nzwei two\n")
+  _write(tmp_path / "one.txt", "\n\n".join(PARAGRAPHS))
+  config = _config("lm" if dataset != "parallel_text" else "translate", tmp_path,
+                   dataset=dataset)
+  for k, v in overrides.items():
+    sub, _, field = k.rpartition(".")
+    (config[sub] if sub else config)[field] = v.format(d=d) if isinstance(v, str) else v
+  with pytest.raises(error) as e:
+    pipeline.get_datasets(config, process_index=0, process_count=1)
+  assert message.format(d=d) in str(e.value)
+
+
+def test_a_bad_file_loses_nothing_already_trained(tmp_path):
+  from transformer.training import loop
+  workdir = tmp_path / "run"
+  saved = {"checkpoints/100/state": b"trained", "tokenizer.json": b'{"type": "bytes"}',
+           "config.json": b"{}"}
+  for name, data in saved.items():
+    _write(workdir / name, data)
+  config = _config("lm", tmp_path, data_files=str(tmp_path / "moved.txt"))
+  with pytest.raises(FileNotFoundError, match="moved.txt"):
+    loop.train_and_evaluate(config, str(workdir))
+  assert {str(p.relative_to(workdir)): p.read_bytes() for p in workdir.rglob("*")
+          if p.is_file()} == saved
+
+
+def test_long_lines_are_truncated_counted_and_named(tmp_path, caplog):
+  lines = [f"short {i}" for i in range(10)] + ["x" * 100] + [f"tiny {i}" for i in range(9)]
+  _write(tmp_path / "long.txt", "\n".join(lines))
+  config = _config("lm", tmp_path, dataset="text_files", data_files=str(tmp_path / "long.txt"),
+                   text_split="line", packing="none", eval_fraction=0.5, max_len=16)
+  datasets = pipeline.get_datasets(config, process_index=0, process_count=1)
+  with caplog.at_level(logging.WARNING):
+    it = datasets.train_iter()
+    rows = [r for b in datasets.eval_batches() for r in b["targets"]] + [
+        r for _ in range(5) for r in next(it)["targets"]]
+  assert any(np.all(r == ord("x") + 3) for r in rows)  # truncated to max_len, EOS lost
+  warned = [r.getMessage() for r in caplog.records if "longer than max_len" in r.getMessage()]
+  assert warned and f"(first: {tmp_path}/long.txt:11)" in warned[0]
+  assert "1 sequence(s) longer than max_len=16" in warned[0]
+
+
+# The standard names, each as the one config line; TFDS's mock_data stands in for the
+# prepared array_record files: it works with tfds.data_source and no TensorFlow, except that
+# in TFDS 4.9.10 its mocked __getitems__ (bulk read) is a partial set on a MagicMock instance,
+# so it is called without `self` and fails. mock_tfds mends the mock, not the code under test.
+def _mock_getitems(record_keys, generator, serialized=False):
+  assert not serialized
+  return [generator[k] for k in record_keys]
+
+
+@contextlib.contextmanager
+def mock_tfds(monkeypatch, num_examples):
+  from tensorflow_datasets.testing import mocking
+  monkeypatch.setattr(mocking, "_getitems", _mock_getitems)
+  with tfds.testing.mock_data(num_examples=num_examples):
+    yield
+
+
+SWITCH = [("lm", "synthetic"), ("lm", "text_files"), ("translate", "parallel_text"),
+          ("lm", "lm1b"), ("lm", "tiny_shakespeare"), ("translate", "wmt14_translate/de-en"),
+          ("translate", "wmt17_translate/de-en")]
+
+
+@pytest.mark.parametrize("name,dataset", SWITCH)
+def test_one_config_line_switches_the_dataset(tmp_path, monkeypatch, corpus, name, dataset):
+  _write(tmp_path / "c.tsv", "".join(f"quelle {i}\tziel {i}\n" for i in range(20)))
+  files = {"text_files": str(corpus / "books"), "parallel_text": str(tmp_path / "c.tsv")}
+  config = _config(name, tmp_path, dataset=dataset, data_files=files.get(dataset))
+  config.text_split = "line" if dataset == "tiny_shakespeare" else config.text_split
+  workdir = str(tmp_path / "run")
+  mock = mock_tfds(monkeypatch, 12) if text.is_standard(dataset) else (
+      contextlib.nullcontext())  # local builders are really built
+  with mock:
+    datasets = pipeline.get_datasets(config, workdir=workdir, process_index=0, process_count=1)
+    batch = next(iter(datasets.train_iter()))
+    evaluation = list(datasets.eval_batches())
+  keys = ("targets",) if name == "lm" else ("inputs", "targets")
+  assert datasets.input_key_names == keys
+  assert datasets.packing == config.packing
+  for b in [batch] + evaluation:
+    for k in keys:
+      assert b[k].shape == (4, 32) and b[k].dtype == np.int32
+  assert sum(int(np.sum(b["targets"].any(1))) for b in evaluation) == datasets.num_eval_examples
+  assert os.listdir(workdir) == ["tokenizer.json"]  # what decoding loads for every dataset
+  row = evaluation[0]["targets"][0]
+  assert datasets.decode_ids(row) == datasets.tokenizer.decode(row) != ""
+
+
+def test_translation_direction_follows_the_config(tmp_path, monkeypatch):
+  config = _config("translate", tmp_path, dataset="wmt17_translate/de-en", source_lang="en",
+                   target_lang="de", batch_size=8, max_len=64)
+  with mock_tfds(monkeypatch, 5):
+    raw = tfds.data_source("wmt17_translate/de-en", split="validation")
+    expected = [(raw[i]["en"], raw[i]["de"]) for i in range(len(raw))]
+    datasets = pipeline.get_datasets(config, process_index=0, process_count=1)
+    (batch,) = datasets.eval_batches()
+  decode = datasets.tokenizer.decode  # bytes: exact
+  got = [(decode(batch["inputs"][i]), decode(batch["targets"][i])) for i in range(5)]
+  assert got == [(text._as_str(s), text._as_str(t)) for s, t in expected]
+
+
+def test_packed_text_lm_resumes_exactly_and_reuses_its_tokenizer(tmp_path):
+  """End to end: text_files -> SentencePiece (trained once, in the workdir) -> packed rows ->
+  the loop; a run stopped at step 3 and resumed repeats the uninterrupted one exactly."""
+  from transformer.training import loop, writers
+  from transformer.training.experiment import model_fields
+  rng = np.random.default_rng(0)
+  words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 8)))
+           for _ in range(300)]
+  _write(tmp_path / "words.txt", "\n\n".join(" ".join(rng.choice(words, rng.integers(5, 30)))
+                                             for _ in range(200)))
+  config = _config("lm", tmp_path, dataset="text_files", data_files=str(tmp_path / "words.txt"),
+                   packing="concat", batch_size=8, num_train_steps=6, warmup_steps=2,
+                   schedule="rsqrt", log_every_steps=1, eval_every_steps=6,
+                   checkpoint_every_steps=3, async_checkpoints=False)
+  config.tokenizer.update(kind="sentencepiece", vocab_size=300)
+  config.model = model_fields("vaswani2017", d_model=32, num_heads=2, d_ff=64,
+                              num_encoder_layers=0, num_decoder_layers=1, norm_position="pre")
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  one_device = jax.devices()[:1]  # compiles faster; devices are test_loop's business
+  loop.train_and_evaluate(config, str(straight), devices=one_device)
+  config.num_train_steps = 3
+  loop.train_and_evaluate(config, str(resumed), devices=one_device)
+  model = resumed / "tokenizer.model"
+  stamp = os.stat(model).st_mtime_ns
+  config.num_train_steps = 6
+  final = loop.train_and_evaluate(config, str(resumed), devices=one_device)
+  assert final["step"] == 6 and os.stat(model).st_mtime_ns == stamp  # reused, not retrained
+  assert model.read_bytes() == (straight / "tokenizer.model").read_bytes()
+  losses = [[r["loss"] for r in writers.read_metrics(str(w), "train")] for w in (straight, resumed)]
+  assert losses[0] == losses[1] and len(losses[0]) == 6

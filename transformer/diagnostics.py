@@ -1,0 +1,253 @@
+"""Scale diagnostics (issue 6): what the paper's scale factors do to the activations.
+
+`scale_diagnostics(model, params, batch)` runs the model once (deterministic) with
+mutable=['intermediates'], collects what the modules sow (the input embedding terms, q and k
+and the mask of every attention, the residual stream after every block) and reduces them to
+scalars in one jitted function: cheap enough to run inside training every N steps.
+`update_diagnostics(old_params, new_params, grads)` gives gradient norms and relative updates
+per parameter group. Both return flat dicts {name: float32 scalar}, ready for
+`MetricWriter.write(step, 'diagnostics', ...)`.
+
+Names (stack = 'encoder' | 'decoder', kind = 'self_attention' | 'cross_attention'):
+  {stack}/embed/token_rms, posemb_rms, ratio      RMS of s*E[tok], of the PE term, their ratio
+  {stack}/embed/bucket_{b}/...                    the same by frequency-rank quartile (0 = frequent)
+  {stack}/layer_{i}/residual_rms                  RMS of the block output
+  {stack}/layer_{i}/{kind}/head_{h}/{stat}        stat: raw_mean, raw_var, raw_absmax (q.k),
+                                                  logit_mean, logit_var, logit_absmax (after
+                                                  scale and soft cap), qk_var_over_dk,
+                                                  entropy (nats)
+  output/log_z, output/max_logit                  mean over valid positions
+All statistics are over valid positions only (token id > 0; attention: mask True).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer.attention import attention_logits
+from transformer.models import DecoderOnly, shift_right
+from transformer.training import losses
+from transformer.training import steps
+
+Batch = Mapping[str, jax.Array]
+NUM_BUCKETS = 4  # token-frequency buckets: quartiles of the frequency rank
+
+
+def _masked_mean(x: jax.Array, weight: jax.Array, axes) -> jax.Array:
+  """sum(x * w) / sum(w) over `axes`; NaN when nothing is valid."""
+  w = weight.astype(jnp.float32)
+  return jnp.sum(x * w, axis=axes) / jnp.sum(w, axis=axes)
+
+
+def _rms(x: jax.Array, valid: jax.Array) -> jax.Array:
+  """RMS of x float[B, L, d] over valid bool[B, L] positions and d: a scalar."""
+  x = x.astype(jnp.float32)
+  return jnp.sqrt(_masked_mean(jnp.mean(x * x, axis=-1), valid, (0, 1)))
+
+
+def frequency_buckets(token_frequency: jax.Array, num_buckets: int = NUM_BUCKETS) -> jax.Array:
+  """int[V] bucket of each token id: its frequency rank's quantile (0 = the most frequent)."""
+  freq = jnp.asarray(token_frequency, jnp.float32)
+  rank = jnp.argsort(jnp.argsort(-freq))  # 0 = most frequent
+  return (rank * num_buckets) // freq.shape[0]
+
+
+def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
+                    mask: Optional[jax.Array] = None,
+                    softcap: Optional[float] = None) -> dict[str, jax.Array]:
+  """Per-head logit statistics: q, k float[B, L, H, D], scale float[H], mask bool[B, 1|H, Lq, Lk].
+
+  Returns {stat: float[H]}: raw_* of q.k, logit_* of scale * q.k (soft-capped when the model
+  caps), qk_var_over_dk = Var(q.k) / d_k, and the softmax entropy in nats over valid keys,
+  averaged over query rows that have at least one valid key.
+  """
+  d_k = query.shape[-1]
+  raw = attention_logits(query, key, scale=1.0)  # float32[B, H, Lq, Lk]
+  logits = raw * scale[None, :, None, None]
+  if softcap is not None:
+    logits = softcap * jnp.tanh(logits / softcap)
+  valid = jnp.ones(raw.shape, bool) if mask is None else jnp.broadcast_to(mask, raw.shape)
+  axes = (0, 2, 3)
+  out = {}
+  for name, x in (("raw", raw), ("logit", logits)):
+    mean = _masked_mean(x, valid, axes)
+    out[f"{name}_mean"] = mean
+    out[f"{name}_var"] = _masked_mean(jnp.square(x - mean[None, :, None, None]), valid, axes)
+    out[f"{name}_absmax"] = jnp.max(jnp.where(valid, jnp.abs(x), 0.0), axis=axes)
+  out["qk_var_over_dk"] = out["raw_var"] / d_k
+  log_p = jax.nn.log_softmax(jnp.where(valid, logits, -jnp.inf), axis=-1)
+  p_log_p = jnp.where(valid, jnp.exp(log_p) * log_p, 0.0)
+  entropy = -jnp.sum(p_log_p, axis=-1)  # [B, H, Lq]
+  out["entropy"] = _masked_mean(entropy, jnp.any(valid, axis=-1), (0, 2))
+  return out
+
+
+def _layers(tree: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any], bool]]:
+  """(index, block intermediates, stacked) of a BlockStack's intermediates, in layer order.
+
+  Handles the Python loop ('layer_i', with remat 'layer_i/block') and nn.scan ('layers/block',
+  every leaf stacked along a leading layer axis).
+  """
+  if "layers" in tree:
+    return [(-1, tree["layers"]["block"], True)]
+  found = []
+  for name, sub in tree.items():
+    if name.startswith("layer_"):
+      found.append((int(name[len("layer_"):]), sub.get("block", sub), False))
+  return sorted(found, key=lambda t: t[0])
+
+
+def _stack_diagnostics(stack: str, tree: Mapping[str, Any], tokens: jax.Array, valid: jax.Array,
+                       buckets: Optional[jax.Array],
+                       softcap: Optional[float]) -> dict[str, jax.Array]:
+  """The embedding, residual and attention statistics of one encoder or decoder stack."""
+  out = {}
+  emb = tree["input_embedding"]
+  token = emb["token"][0]
+  out[f"{stack}/embed/token_rms"] = _rms(token, valid)
+  if "position" in emb:
+    position = emb["position"][0]
+    out[f"{stack}/embed/posemb_rms"] = _rms(position, valid)
+    out[f"{stack}/embed/ratio"] = out[f"{stack}/embed/token_rms"] / out[f"{stack}/embed/posemb_rms"]
+  if buckets is not None:
+    token_bucket = jnp.take(buckets, tokens, mode="clip")
+    for b in range(NUM_BUCKETS):
+      in_bucket = valid & (token_bucket == b)
+      out[f"{stack}/embed/bucket_{b}/token_rms"] = _rms(token, in_bucket)
+      if "position" in emb:
+        out[f"{stack}/embed/bucket_{b}/posemb_rms"] = _rms(position, in_bucket)
+        out[f"{stack}/embed/bucket_{b}/ratio"] = (out[f"{stack}/embed/bucket_{b}/token_rms"]
+                                                  / out[f"{stack}/embed/bucket_{b}/posemb_rms"])
+  for index, block, stacked in _layers(tree["blocks"]):
+    unstack = (lambda x: [x[i] for i in range(x.shape[0])]) if stacked else (lambda x: [x])
+    outputs = unstack(block["output"][0])
+    layer_ids = range(len(outputs)) if stacked else [index]
+    for i, h in zip(layer_ids, outputs):
+      out[f"{stack}/layer_{i}/residual_rms"] = _rms(h, valid)
+    for kind in ("self_attention", "cross_attention"):
+      if kind not in block:
+        continue
+      a = block[kind]
+      masks = unstack(a["mask"][0]) if "mask" in a else [None] * len(outputs)
+      for i, q, k, s, m in zip(layer_ids, unstack(a["q"][0]), unstack(a["k"][0]),
+                               unstack(a["scale"][0]), masks):
+        for stat, per_head in attention_stats(q, k, s, m, softcap).items():
+          for h in range(per_head.shape[0]):
+            out[f"{stack}/layer_{i}/{kind}/head_{h}/{stat}"] = per_head[h]
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def scale_diagnostics(model: nn.Module, params: Any, batch: Batch,
+                      token_frequency: Optional[jax.Array] = None) -> dict[str, jax.Array]:
+  """Scale statistics of one batch: {name: float32 scalar} (names in the module docstring).
+
+  model: a `Transformer` or `DecoderOnly`; params its params; batch the training batch dict
+  (int[B, L] arrays); token_frequency: optional float[V] counts, for the per-bucket embedding
+  ratios. Deterministic (no dropout); jitted, model static.
+  """
+  cfg = model.config
+  logits, state = steps.apply_model(model, params, batch, mutable=["intermediates"])
+  inter = state["intermediates"]
+  targets = batch["targets"]
+  target_valid = targets > 0
+  decoder_tokens = shift_right(targets, batch.get("targets_segmentation"))
+  buckets = None if token_frequency is None else frequency_buckets(token_frequency)
+  out = {}
+  if not isinstance(model, DecoderOnly):
+    inputs = batch["inputs"]
+    out.update(_stack_diagnostics("encoder", inter["encoder"], inputs, inputs > 0, buckets,
+                                  cfg.attn_logit_softcap))
+  out.update(_stack_diagnostics("decoder", inter["decoder"], decoder_tokens, target_valid,
+                                buckets, cfg.attn_logit_softcap))
+  log_z = losses.cross_entropy(logits, targets).log_z  # float32[B, L]
+  out["output/log_z"] = _masked_mean(log_z, target_valid, (0, 1))
+  max_logit = jnp.max(logits.astype(jnp.float32), axis=-1)
+  out["output/max_logit"] = _masked_mean(max_logit, target_valid, (0, 1))
+  return out
+
+
+def _group_norms(tree: Any) -> dict[str, jax.Array]:
+  """Squared L2 norms per parameter group: embedding(s), each block of each stack, output, rest.
+
+  A scanned stack ('layers', leaves [num_layers, ...]) is split into its layers.
+  """
+  sums: dict[str, jax.Array] = {}
+
+  def add(name, value):
+    sums[name] = sums.get(name, 0.0) + value
+
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    keys = [getattr(p, "key", str(p)) for p in path]
+    sq = jnp.square(leaf.astype(jnp.float32))
+    if keys[0].endswith("embedding"):  # 'embedding', 'source_embedding', 'target_embedding'
+      add(keys[0], jnp.sum(sq))
+    elif keys[0] == "output_logits":
+      add("output", jnp.sum(sq))
+    elif len(keys) > 2 and keys[1] == "blocks" and keys[2] == "layers":
+      per_layer = jnp.sum(sq.reshape(sq.shape[0], -1), axis=1)
+      for i in range(per_layer.shape[0]):
+        add(f"{keys[0]}/layer_{i}", per_layer[i])
+    elif len(keys) > 2 and keys[1] == "blocks":
+      add(f"{keys[0]}/{keys[2]}", jnp.sum(sq))
+    else:  # input_embedding (learned PE, embed_norm), final_norm
+      add(f"{keys[0]}/{keys[1]}" if len(keys) > 1 else keys[0], jnp.sum(sq))
+  return sums
+
+
+@jax.jit
+def update_diagnostics(old_params: Any, new_params: Any, grads: Any) -> dict[str, jax.Array]:
+  """{'grad_norm/GROUP': ||g||, 'update_ratio/GROUP': ||W_new - W_old|| / ||W_old||} per group.
+
+  Groups: each embedding matrix, '{encoder|decoder}/layer_i', '{stack}/input_embedding',
+  '{stack}/final_norm', 'output' (an untied projection).
+  """
+  grad_sq = _group_norms(grads)
+  delta = jax.tree_util.tree_map(lambda a, b: b.astype(jnp.float32) - a.astype(jnp.float32),
+                                 old_params, new_params)
+  delta_sq, old_sq = _group_norms(delta), _group_norms(old_params)
+  out = {f"grad_norm/{g}": jnp.sqrt(v) for g, v in grad_sq.items()}
+  out.update({f"update_ratio/{g}": jnp.sqrt(delta_sq[g] / old_sq[g]) for g in delta_sq})
+  return out
+
+
+def make_training_diagnostics(model: nn.Module, *, label_smoothing: float = 0.0,
+                              z_loss: float = 0.0):
+  """For the training loop: fn(old_params, new_params, batch, rng, step) -> {name: float}.
+
+  old_params/new_params: before/after the update of `step` (0-based) on `batch`. The gradients
+  are recomputed at old_params with the train step's dropout key fold_in(rng, step) (the loss
+  is `steps.loss_sums` over the token count, as the step's); with grad_accum_steps > 1 the
+  dropout keys differ from the step's. Called every `diagnostics_every_steps` only.
+  """
+
+  @jax.jit
+  def grads_fn(params, batch, rng):
+    def loss(p):
+      out = steps.loss_sums(model, p, batch, deterministic=False, rng=rng,
+                            label_smoothing=label_smoothing, z_loss=z_loss)
+      return out.loss_sum / jnp.maximum(out.weight_sum, 1.0)
+    return jax.grad(loss)(params)
+
+  def run(old_params, new_params, batch, rng, step: int) -> dict[str, float]:
+    values = dict(scale_diagnostics(model, new_params, batch))
+    grads = grads_fn(old_params, batch, jax.random.fold_in(rng, step))
+    values.update(update_diagnostics(old_params, new_params, grads))
+    return {k: float(v) for k, v in jax.device_get(values).items()}
+
+  return run
+
+
+def mean_over_batches(results: list[Mapping[str, Any]]) -> dict[str, float]:
+  """The NaN-ignoring mean of each statistic over several batches' results."""
+  keys = results[0].keys()
+  stacked = {k: np.asarray([float(r[k]) for r in results]) for k in keys}
+  with np.errstate(all="ignore"):
+    return {k: float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
+            for k, v in stacked.items()}
