@@ -18,7 +18,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-_MODE = flags.DEFINE_list("mode", ["train"], "What to measure: train, eval.")
+_MODE = flags.DEFINE_list("mode", ["train"], "What to measure: train, eval, decode, data.")
+_DECODE_BATCH = flags.DEFINE_integer("decode_batch", 1, "Rows decoded at once (mode decode).")
+_DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 256, "Tokens decoded per row (mode decode).")
 _STEPS = flags.DEFINE_integer("steps", 3, "Steps per timing.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timings; the median is reported.")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON result here too.")
@@ -91,6 +93,15 @@ def benchmark(config, modes, steps: int, repeats: int) -> dict:
     result.update(train_step_seconds=seconds, train_tokens_per_sec=tokens_per_step / seconds,
                   train_model_tflops_per_sec=flops / seconds / 1e12, mfu=flops / seconds / peak)
     state = holder["state"]
+
+  if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
+    from transformer import decoding
+    result["decode"] = decoding.benchmark_decoding(
+        cfg.replace(dropout_rate=0.0), _DECODE_BATCH.value, _DECODE_TOKENS.value)
+
+  if "data" in modes:  # the host input pipeline alone, on the config's own data
+    from transformer.data import pipeline
+    result["data"] = pipeline.measure_throughput(config, 10.0)
 
   if "eval" in modes:
     eval_fn = jax.jit(steps_lib.make_eval_step(model, loss_chunk_size=config.loss_chunk_size),

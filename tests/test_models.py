@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer.config import ModelConfig
-from transformer.models import DecoderOnly, Transformer, shift_right
+from transformer.models import DecoderOnly, Transformer, init_cache, shift_right
 
 V = 40
 
@@ -114,9 +114,8 @@ def test_kv_cache_decoding_equals_the_full_forward_pass(name):
   full = f(params, inputs, targets)
   encoded = jax.jit(functools.partial(model.apply, method=Transformer.encode))(
       {"params": params}, inputs)
-  cache = jax.eval_shape(functools.partial(model.init, decode=True, method=Transformer.decode),
-                         jax.random.PRNGKey(0), encoded, inputs, targets)["cache"]
-  cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), cache)
+  cache = init_cache(model, params, batch=2, length=targets.shape[1], encoded=encoded,
+                     inputs=inputs)
   step = jax.jit(lambda c, tok: model.apply({"params": params, "cache": c}, encoded, inputs, tok,
                                             decode=True, mutable=["cache"],
                                             method=Transformer.decode))
@@ -128,9 +127,7 @@ def test_kv_cache_decoding_equals_the_full_forward_pass(name):
 
   lm_model, lparams, g = lm(name)
   lfull = g(lparams, targets)
-  cache = jax.eval_shape(functools.partial(lm_model.init, decode=True), jax.random.PRNGKey(0),
-                         targets)["cache"]
-  cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), cache)
+  cache = init_cache(lm_model, lparams, batch=2, length=targets.shape[1])
   lstep = jax.jit(lambda c, tok: lm_model.apply({"params": lparams, "cache": c}, tok, decode=True,
                                                 mutable=["cache"]))
   for t in range(targets.shape[1]):

@@ -122,16 +122,25 @@ class MultiHeadAttention(nn.Module):
     """x float[B, Lq, d], kv float[B, Lk, d], mask bool[B, 1, Lq, Lk] -> float[B, Lq, d].
 
     With decode=True (self-attention, Lq = 1) keys and values go into the 'cache' collection
-    and the query attends to every cached position up to its own.
+    and the query attends to every cached position up to its own; cross-attention projects
+    the encoder output to keys and values once, when the cache is created
+    (`models.init_cache`), and reads them back at every step.
     """
     cfg = self.config
     heads, head_dim = cfg.num_heads, cfg.qk_dim
     dense = lambda name: nn.DenseGeneral(  # noqa: E731
         (heads, head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
         param_dtype=cfg.params_dtype, kernel_init=nn.initializers.xavier_uniform(), name=name)
-    query, key, value = dense("query")(x), dense("key")(kv), dense("value")(kv)
-    query = _qk_normalize(cfg, query, "query_norm")
-    key = _qk_normalize(cfg, key, "key_norm")
+    query = _qk_normalize(cfg, dense("query")(x), "query_norm")
+    cross_cached = decode and not self.self_attention and self.has_variable("cache", "cross_key")
+    if cross_cached:
+      key, value = self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
+    else:
+      key = _qk_normalize(cfg, dense("key")(kv), "key_norm")
+      value = dense("value")(kv)
+      if decode and not self.self_attention:
+        self.put_variable("cache", "cross_key", key)
+        self.put_variable("cache", "cross_value", value)
     if cfg.posemb == "rope" and self.self_attention:
       query = positional.apply_rope(query, q_positions, cfg.max_timescale)
       key = positional.apply_rope(key, kv_positions, cfg.max_timescale)

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.config import ModelConfig
-from transformer.models import DecoderOnly, Transformer
+from transformer.models import DecoderOnly, Transformer, init_cache
 
 PAD_ID, EOS_ID = 0, 1  # the project's ids (DESIGN: pad 0, eos 1, unk 2)
 METHODS = ("greedy", "sample", "beam")
@@ -80,19 +80,6 @@ def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
 # ---------------------------------------------------------------------------------------
 # One decoding step through the cache.
 # ---------------------------------------------------------------------------------------
-def _init_cache(model: nn.Module, batch: int, length: int, encoded: Optional[jax.Array],
-                inputs: Optional[jax.Array]) -> Any:
-  """Zero KV cache for `batch` rows of `length` positions (shapes from an abstract init)."""
-  targets = jnp.zeros((batch, length), jnp.int32)
-  rng = jax.random.PRNGKey(0)
-  if isinstance(model, DecoderOnly):
-    shapes = jax.eval_shape(functools.partial(model.init, decode=True), rng, targets)
-  else:
-    shapes = jax.eval_shape(functools.partial(model.init, decode=True, method=Transformer.decode),
-                            rng, encoded, inputs, targets)
-  return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes["cache"])
-
-
 def _step_fn(model: nn.Module, params: Any, encoded: Optional[jax.Array],
              inputs: Optional[jax.Array]):
   """step(cache, token int[N]) -> (logits float32[N, V] of the next position, cache)."""
@@ -121,13 +108,14 @@ def _prepare(model: nn.Module, params: Any, inputs: jax.Array, copies: int, num_
   batch = inputs.shape[0]
   if isinstance(model, DecoderOnly):
     step = _step_fn(model, params, None, None)
-    return (step, _init_cache(model, batch * copies, num_steps, None, None), inputs,
+    return (step, init_cache(model, params, batch=batch * copies, length=num_steps), inputs,
             _num_tokens(inputs))
   encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
   # Beams of a row share its source: repeat it once per beam, [B, ...] -> [B * copies, ...].
   encoded, rep_inputs = (jnp.repeat(x, copies, axis=0) for x in (encoded, inputs))
   step = _step_fn(model, params, encoded, rep_inputs)
-  cache = _init_cache(model, batch * copies, num_steps, encoded, rep_inputs)
+  cache = init_cache(model, params, batch=batch * copies, length=num_steps, encoded=encoded,
+                     inputs=rep_inputs)
   return step, cache, jnp.zeros((batch, 1), jnp.int32), jnp.zeros((batch,), jnp.int32)
 
 

@@ -8,7 +8,8 @@ Packed batches pass `*_segmentation` (segment id per token, 0 = pad) and `*_posi
 
 from __future__ import annotations
 
-from typing import Optional
+import functools
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -189,3 +190,21 @@ class DecoderOnly(nn.Module):
   def project(self, hidden: jax.Array) -> jax.Array:
     """Final hidden states float[B, L, d] -> logits float[B, L, V]."""
     return self.output_logits(hidden)
+
+
+def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
+               encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
+  """The 'cache' collection for decoding up to `length` tokens of `batch` rows.
+
+  Self-attention caches start at zero; a Transformer's cross-attention caches hold the
+  encoder output (encoded float[batch, Ls, d], inputs int[batch, Ls]) already projected to
+  keys and values, so decoding steps never project it again.
+  """
+  targets = jnp.zeros((batch, length), jnp.int32)
+  if isinstance(model, DecoderOnly):
+    shapes = jax.eval_shape(functools.partial(model.init, decode=True), jax.random.PRNGKey(0),
+                            targets)
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes["cache"])
+  _, variables = model.apply({"params": params}, encoded, inputs, targets, decode=True,
+                             mutable=["cache"], method=Transformer.decode)
+  return variables["cache"]
