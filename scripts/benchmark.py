@@ -18,7 +18,10 @@ from absl import app, flags
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-_MODE = flags.DEFINE_list("mode", ["train"], "What to measure: train, eval, decode, data.")
+_MODE = flags.DEFINE_list("mode", ["train"],
+                         "What to measure: train, eval, decode, data, diagnostics.")
+_DIAGNOSTICS_EVERY = flags.DEFINE_integer(
+    "diagnostics_every", 100, "Mode diagnostics: train steps per diagnostics call.")
 _DECODE_BATCH = flags.DEFINE_integer("decode_batch", 1, "Rows decoded at once (mode decode).")
 _DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 256, "Tokens decoded per row (mode decode).")
 _STEPS = flags.DEFINE_integer("steps", 3, "Steps per timing.")
@@ -63,7 +66,7 @@ def benchmark(config, modes, steps: int, repeats: int) -> dict:
   peak = benchmarking.matmul_peak(cfg.dtype, repeats=repeats)
   result["matmul_peak_tflops"] = peak / 1e12
 
-  if "train" in modes:
+  if "train" in modes or "diagnostics" in modes:
     lr_fn = optimizers.learning_rate_fn(config)
     step_fn = jax.jit(
         steps_lib.make_train_step(model, tx, lr_fn, label_smoothing=config.label_smoothing,
@@ -92,6 +95,30 @@ def benchmark(config, modes, steps: int, repeats: int) -> dict:
     flops = benchmarking.train_flops_per_step(cfg, B, L, L, decoder_only=decoder_only)
     result.update(train_step_seconds=seconds, train_tokens_per_sec=tokens_per_step / seconds,
                   train_model_tflops_per_sec=flops / seconds / 1e12, mfu=flops / seconds / peak)
+    state = holder["state"]
+
+  if "diagnostics" in modes:  # the training loop's diagnostics every N steps, against none
+    from transformer import diagnostics
+    every = _DIAGNOSTICS_EVERY.value
+    diagnose = diagnostics.make_training_diagnostics(
+        model, label_smoothing=config.label_smoothing, z_loss=config.z_loss)
+    counts = diagnostics.TokenCounts(vocab)
+
+    def train_steps(with_diagnostics: bool):
+      old = jax.tree_util.tree_map(jnp.copy, holder["state"].params) if with_diagnostics else None
+      for _ in range(every):
+        if with_diagnostics:  # the loop counts tokens on every step when diagnostics are on
+          counts.add(host)
+        holder["state"], metrics = compiled(holder["state"], batch, key)
+      if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
+        diagnose(old, holder["state"].params, batch, key, 0, counts.frequency())
+      return metrics["loss"]
+
+    without = statistics.median(benchmarking.time_call(lambda: train_steps(False), repeats))
+    with_diag = statistics.median(benchmarking.time_call(lambda: train_steps(True), repeats))
+    result["diagnostics"] = {"every_steps": every, "seconds_without": without,
+                             "seconds_with": with_diag,
+                             "overhead": with_diag / without - 1.0}
     state = holder["state"]
 
   if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token

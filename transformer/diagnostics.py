@@ -225,6 +225,8 @@ def make_training_diagnostics(model: nn.Module, *, label_smoothing: float = 0.0,
   are recomputed at old_params with the train step's dropout key fold_in(rng, step) (the loss
   is `steps.loss_sums` over the token count, as the step's); with grad_accum_steps > 1 the
   dropout keys differ from the step's. Called every `diagnostics_every_steps` only.
+  token_frequency: float[V] token counts (of the training data so far), for the per-bucket
+  embedding ratios.
   """
 
   @jax.jit
@@ -235,13 +237,38 @@ def make_training_diagnostics(model: nn.Module, *, label_smoothing: float = 0.0,
       return out.loss_sum / jnp.maximum(out.weight_sum, 1.0)
     return jax.grad(loss)(params)
 
-  def run(old_params, new_params, batch, rng, step: int) -> dict[str, float]:
-    values = dict(scale_diagnostics(model, new_params, batch))
+  def run(old_params, new_params, batch, rng, step: int,
+          token_frequency: Optional[Any] = None) -> dict[str, float]:
+    values = dict(scale_diagnostics(model, new_params, batch, token_frequency))
     grads = grads_fn(old_params, batch, jax.random.fold_in(rng, step))
     values.update(update_diagnostics(old_params, new_params, grads))
-    return {k: float(v) for k, v in jax.device_get(values).items()}
+    return to_floats(values)
 
   return run
+
+
+def to_floats(values: Mapping[str, jax.Array]) -> dict[str, float]:
+  """{name: float} of a diagnostics dict (one device-to-host transfer)."""
+  return {k: float(v) for k, v in jax.device_get(dict(values)).items()}
+
+
+class TokenCounts:
+  """Token counts of the training batches seen so far (host side), for the frequency buckets."""
+
+  def __init__(self, vocab_size: int):
+    self.counts = np.zeros((vocab_size,), np.float64)
+
+  def add(self, batch: Mapping[str, Any]) -> None:
+    """Counts the non-pad ids of batch['inputs'] and batch['targets'] (int[B, L] host arrays)."""
+    for key in ("inputs", "targets"):
+      if key in batch:
+        ids = np.asarray(batch[key]).ravel()
+        ids = ids[(ids > 0) & (ids < self.counts.shape[0])]
+        self.counts += np.bincount(ids, minlength=self.counts.shape[0])
+
+  def frequency(self) -> np.ndarray:
+    """float32[V] counts so far."""
+    return self.counts.astype(np.float32)
 
 
 def mean_over_batches(results: list[Mapping[str, Any]]) -> dict[str, float]:

@@ -171,6 +171,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   diagnose_fn = diagnostics.make_training_diagnostics(
       model, label_smoothing=config.label_smoothing, z_loss=config.z_loss)
+  counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
   sigterm = _install_sigterm_flag()
   num_steps = config.num_train_steps
   pending: list[dict[str, jax.Array]] = []  # device metrics since the last log step
@@ -214,13 +215,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     while step < num_steps:
       if sigterm["stop"] and _all_processes_agree(True):
         break
-      batch = sharding.global_batch(next(train_iter), mesh)
+      host_batch = next(train_iter)
+      batch = sharding.global_batch(host_batch, mesh)
       diagnose = config.diagnostics_every_steps and (step + 1) % config.diagnostics_every_steps == 0
+      if config.diagnostics_every_steps:
+        counts.add(host_batch)
+        if step == 0:  # the scales at initialisation, logged as step 0
+          writer.write(0, "diagnostics", diagnostics.to_floats(diagnostics.scale_diagnostics(
+              model, state.params, batch, counts.frequency())))
       old_params = jax.tree_util.tree_map(jnp.copy, state.params) if diagnose else None  # donated
       state, metrics = train_step(state, batch, train_rng)
       if diagnose:
         writer.write(step + 1, "diagnostics", diagnose_fn(old_params, state.params, batch,
-                                                          train_rng, step))
+                                                          train_rng, step, counts.frequency()))
       pending.append(metrics)
       step += 1
       bar.update(1)
