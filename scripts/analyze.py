@@ -181,7 +181,6 @@ def analyze(workdir: str, step: Optional[int] = None,
   import jax
   import jax.numpy as jnp
   import ml_collections
-  import numpy as np
   from etils import epath
 
   from transformer import checkpoint, diagnostics
@@ -197,15 +196,14 @@ def analyze(workdir: str, step: Optional[int] = None,
   model = loop.build_model(config, model_config)
   datasets = pipeline.get_datasets(config, workdir=workdir)
 
-  counts = np.zeros(model_config.vocab_size, np.float64)
+  counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
   for batch in itertools.islice(datasets.train_iter(), FREQUENCY_BATCHES):
-    for key in datasets.input_key_names:
-      counts += np.bincount(np.asarray(batch[key]).ravel(), minlength=counts.size)[:counts.size]
+    counts.add(batch)
   params = jax.device_put(params)
   results = []
   for batch in itertools.islice(iter(datasets.eval_batches()), num_batches):
     batch = {k: jnp.asarray(v) for k, v in batch.items()}
-    out = diagnostics.scale_diagnostics(model, params, batch, jnp.asarray(counts, jnp.float32))
+    out = diagnostics.scale_diagnostics(model, params, batch, jnp.asarray(counts.frequency()))
     results.append(jax.device_get(out))
   if not results:
     raise ValueError(f"The eval split of {workdir} yielded no batches; nothing to analyse.")
@@ -229,6 +227,7 @@ def analyze(workdir: str, step: Optional[int] = None,
   records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, METRICS_FILE)) else []
   result = {
       "workdir": os.path.abspath(workdir), "step": step, "num_batches": len(results),
+      "devices": jax.device_count(),
       "model": model_config.to_dict(), "diagnostics": diag,
       "embedding": {s: embedding[s] for s in sorted(embedding, key=lambda s: s != "encoder")},
       "residual_rms": {s: [residual[s][i] for i in sorted(residual[s])]

@@ -1,18 +1,14 @@
 """scripts/analyze.py on a tiny trained run: the files it writes and their keys."""
 
-import importlib.util
 import json
 import os
+import subprocess
+import sys
+
+import jax
 
 from conftest import REPO
 from transformer.training import loop, writers
-
-
-def _analyze_module():
-  spec = importlib.util.spec_from_file_location("analyze", REPO / "scripts" / "analyze.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
@@ -24,12 +20,22 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
   loop.train_and_evaluate(tiny_config, workdir)
 
   records = writers.read_metrics(workdir, "diagnostics")
-  assert [r["step"] for r in records] == [2, 4, 6]
+  assert [r["step"] for r in records] == [0, 2, 4, 6]  # step 0: the scales at init
+  assert {"encoder/embed/ratio", "decoder/embed/bucket_0/ratio", "decoder/embed/bucket_3/ratio",
+          "output/log_z"} <= set(records[0])
+  assert "grad_norm/embedding" not in records[0]
   assert {"encoder/embed/ratio", "decoder/layer_0/cross_attention/head_1/entropy",
-          "output/log_z", "grad_norm/embedding", "update_ratio/decoder/layer_0"} <= set(records[0])
-  assert records[0]["update_ratio/embedding"] > 0
+          "decoder/embed/bucket_0/ratio", "output/log_z", "grad_norm/embedding",
+          "update_ratio/decoder/layer_0"} <= set(records[1])
+  assert records[1]["update_ratio/embedding"] > 0
 
-  result = _analyze_module().main(["analyze.py", f"--workdir={workdir}", "--num_batches=2"])
+  # Written by 8 devices (tests/conftest.py), analysed by a process with one device.
+  assert jax.device_count() == 8
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  proc = subprocess.run([sys.executable, str(REPO / "scripts" / "analyze.py"),
+                         f"--workdir={workdir}", "--num_batches=2"], env=env, cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
   plots = os.path.join(workdir, "plots")
   for name in ("analysis.md", "analysis.json", "attention_entropy.png", "logit_variance.png",
                "embed_posemb_ratio.png", "loss.png"):
@@ -38,7 +44,7 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
     saved = json.load(f)
   assert {"workdir", "step", "num_batches", "model", "diagnostics", "embedding", "residual_rms",
           "attention", "output", "plots"} <= set(saved)
-  assert saved["step"] == 6 and saved["num_batches"] == 2 == result["num_batches"]
+  assert saved["step"] == 6 and saved["num_batches"] == 2 and saved["devices"] == 1
   assert set(saved["attention"]) == {"encoder/layer_0/self_attention",
                                      "decoder/layer_0/self_attention",
                                      "decoder/layer_0/cross_attention"}

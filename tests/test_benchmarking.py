@@ -1,9 +1,15 @@
-"""The analytic FLOP count against XLA's own count of the compiled forward pass."""
+"""The analytic FLOP count against XLA's own count; scripts/benchmark.py end to end."""
+
+import json
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import pytest
 
+from conftest import REPO
 from transformer import benchmarking
 from transformer.config import ModelConfig
 from transformer.models import DecoderOnly, Transformer
@@ -42,3 +48,22 @@ def test_train_is_three_forwards():
 
 def test_matmul_peak_is_positive(devices):
   assert benchmarking.matmul_peak("float32", n=128, repeats=1, devices=devices[:2]) > 0
+
+
+def test_benchmark_script_reports_every_mode(tmp_path):
+  """scripts/benchmark.py end to end on a tiny config: one JSON with every mode's figures."""
+  out = tmp_path / "bench.json"
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
+       "--config.model.vocab_size=35", "--config.batch_size=8", "--config.max_len=8",
+       "--mode=train,eval,diagnostics,decode", "--steps=1", "--repeats=1",
+       "--diagnostics_every=2", "--decode_tokens=8", f"--output={out}"],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  result = json.loads(out.read_text())
+  assert result["mfu"] > 0 and result["compile_seconds"] > 0 and result["eval_tokens_per_sec"] > 0
+  diag = result["diagnostics"]
+  assert diag["every_steps"] == 2 and diag["seconds_with"] > 0 and diag["seconds_without"] > 0
+  assert diag["overhead"] == pytest.approx(diag["seconds_with"] / diag["seconds_without"] - 1)
+  assert result["decode"]["cached_tokens_per_sec"] > 0 and result["decode"]["speedup"] > 0

@@ -162,3 +162,14 @@ def test_scanned_layers_give_the_same_names_and_values():
     np.testing.assert_allclose(float(a[k]), float(b[k]), rtol=1e-4, atol=1e-6, err_msg=k)
   ua = diagnostics.update_diagnostics(scan_params, scan_params, scan_params)
   assert "grad_norm/decoder/layer_1" in ua
+
+
+def test_token_counts_skip_padding_and_rank_buckets():
+  counts = diagnostics.TokenCounts(8)
+  counts.add({"inputs": np.array([[5, 5, 5, 0]]), "targets": np.array([[5, 6, 6, 0]])})
+  counts.add({"targets": np.array([[7, 0, 0, 0]])})
+  freq = counts.frequency()
+  np.testing.assert_array_equal(freq, [0, 0, 0, 0, 0, 4, 2, 1])
+  assert freq.dtype == np.float32
+  buckets = np.asarray(diagnostics.frequency_buckets(freq))
+  assert buckets[5] == 0 and buckets[6] == 0 and buckets[7] == 1  # ranks 0, 1, 2 of 8
