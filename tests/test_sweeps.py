@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 
@@ -177,3 +178,16 @@ def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):
   # Synthetic rows are shorter than max_len: longer rows only add padding, same tokens.
   assert ok["metrics"]["length_2x/loss"] == pytest.approx(ok["metrics"]["length_1x/loss"], rel=1e-4)
   assert ok["metrics"]["length_1x/loss"] == pytest.approx(ok["metrics"]["eval/nll"], rel=1e-4)
+
+
+def test_a_point_locked_by_a_live_process_is_skipped(tmp_path):
+  sweep = _sweep()
+  point = sweeps.expand(sweep)[0]
+  lock = os.path.join(sweeps.point_dir(str(tmp_path), point), sweeps.LOCK_FILE)
+  assert sweeps._claim(str(tmp_path), point)
+  assert open(lock).read().split()[1] == str(os.getpid())
+  assert not sweeps._claim(str(tmp_path), point)  # held by a live process (this one)
+  assert sweeps.run_sweep(sweep, str(tmp_path), only=[point.name]) == []
+  with open(lock, "w") as f:
+    f.write(f"{socket.gethostname()} 999999999")  # a process that is gone
+  assert sweeps._claim(str(tmp_path), point)

@@ -17,7 +17,8 @@ and last diagnostics records), 'length_{f}x/loss', 'status' ('ok' or 'diverged')
 
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last, so a
 point with a result.json is finished and an interrupted sweep resumes where it stopped (an
-unfinished point resumes from its own checkpoints). `aggregate` reads only the result.json
+unfinished point resumes from its own checkpoints). A point being run holds a lock file, so
+several processes (or machines sharing the directory) can work through one sweep together. `aggregate` reads only the result.json
 files and writes WORKDIR/results.md, results.csv and plots/*.png.
 """
 
@@ -30,6 +31,7 @@ import itertools
 import json
 import math
 import os
+import socket
 import time
 from typing import Any, Iterable, Optional, Sequence
 
@@ -44,6 +46,7 @@ from transformer.training import experiment
 
 POINTS_DIR = "points"
 RESULT_FILE = "result.json"
+LOCK_FILE = "running.lock"  # host and pid of the process running the point
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,12 +279,56 @@ def run_sweep(sweep: Sweep, workdir: str,
   todo = [p for p in points if not is_finished(workdir, p)]
   logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
                len(points) - len(todo), len(todo))
+  done = []
   for i, point in enumerate(todo):
-    logging.info("Sweep %s: point %d/%d %s", sweep.name, i + 1, len(todo), point.name)
-    result = run_point(sweep, workdir, point)
+    if is_finished(workdir, point) or not _claim(workdir, point):
+      logging.info("Sweep %s: %s is finished or running in another process; skipped.",
+                   sweep.name, point.name)
+      continue
+    try:
+      logging.info("Sweep %s: point %d/%d %s", sweep.name, i + 1, len(todo), point.name)
+      result = run_point(sweep, workdir, point)
+    finally:
+      os.remove(os.path.join(point_dir(workdir, point), LOCK_FILE))
     logging.info("Sweep %s: %s %s in %.0f s", sweep.name, point.name, result["status"],
                  result["seconds"])
-  return todo
+    done.append(point)
+  return done
+
+
+def _claim(workdir: str, point: Point) -> bool:
+  """Takes the point's lock file, so that several sweep processes can share one grid; a lock
+  left by a process of this host that no longer runs is taken over."""
+  path = os.path.join(point_dir(workdir, point), LOCK_FILE)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  for _ in range(2):
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+      try:
+        with open(path) as f:
+          host, pid = f.read().split()
+        alive = host != socket.gethostname() or _pid_alive(int(pid))
+      except (OSError, ValueError):
+        alive = False
+      if alive:
+        return False
+      os.remove(path)  # stale
+      continue
+    with os.fdopen(fd, "w") as f:
+      f.write(f"{socket.gethostname()} {os.getpid()}")
+    return True
+  return False
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
 
 
 def launch_lines(sweep: Sweep, config_path: str, workdir: str) -> list[str]:
