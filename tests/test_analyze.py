@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 
 from conftest import REPO
 from transformer.training import loop, writers
@@ -24,6 +25,9 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
   assert {"encoder/embed/ratio", "decoder/embed/bucket_0/ratio", "decoder/embed/bucket_3/ratio",
           "output/log_z"} <= set(records[0])
   assert "grad_norm/embedding" not in records[0]
+  # Buckets are quantiles of the ids seen so far, so each holds tokens from step 0 on.
+  assert all(np.isfinite(records[0][f"decoder/embed/bucket_{b}/ratio"] or np.nan)
+             for b in range(4))
   assert {"encoder/embed/ratio", "decoder/layer_0/cross_attention/head_1/entropy",
           "decoder/embed/bucket_0/ratio", "output/log_z", "grad_norm/embedding",
           "update_ratio/decoder/layer_0"} <= set(records[1])

@@ -52,10 +52,15 @@ def _rms(x: jax.Array, valid: jax.Array) -> jax.Array:
 
 
 def frequency_buckets(token_frequency: jax.Array, num_buckets: int = NUM_BUCKETS) -> jax.Array:
-  """int[V] bucket of each token id: its frequency rank's quantile (0 = the most frequent)."""
+  """int[V] bucket of each token id: its frequency rank's quantile (0 = the most frequent).
+
+  Quantiles are taken over the tokens seen so far (count > 0), so that early in training, when
+  few ids have been seen, every bucket still holds tokens; unseen ids go to the last bucket.
+  """
   freq = jnp.asarray(token_frequency, jnp.float32)
   rank = jnp.argsort(jnp.argsort(-freq))  # 0 = most frequent
-  return (rank * num_buckets) // freq.shape[0]
+  seen = jnp.maximum(jnp.sum(freq > 0), 1)
+  return jnp.minimum((rank * num_buckets) // seen, num_buckets - 1)
 
 
 def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
