@@ -122,6 +122,8 @@ def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
   assert "| 8 | 3 | 0 | 3.000 ± 1.000 |" in text
   assert "| 16 | 2 | 1 | 1.000 |" in text
   assert summary["fits"]["v vs model.head_dim"]["all"][0] == pytest.approx(1.0)
+  fit_plot = tmp_path / "plots" / "fit_v_vs_head_dim.png"
+  assert fit_plot.stat().st_size > 1000 and "](plots/fit_v_vs_head_dim.png)" in text
   csv_text = (tmp_path / "results.csv").read_text().splitlines()
   assert csv_text[0].startswith("head_dim,seeds,diverged,eval/nll mean")
   assert csv_text[1] == "8,3,0,3,1,3"

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import socket
+import textwrap
 import time
 from typing import Any, Iterable, Optional, Sequence
 
@@ -384,6 +385,17 @@ def fit_slopes(sweep: Sweep, results: list[dict[str, Any]],
                x_field: str, y_spec: str) -> dict[str, tuple[float, float, int]]:
   """Slope of log y against log x (x = `x_field`), per seed and per setting of the other
   axes: {other settings: (mean slope, std over seeds, seeds)}."""
+  slopes: dict[str, list[float]] = {}
+  for (others, _), xy in _fit_points(results, x_field, y_spec).items():
+    if len({x for x, _ in xy}) >= 2:
+      x, y = np.log(np.asarray(xy)).T
+      slopes.setdefault(others, []).append(float(np.polyfit(x, y, 1)[0]))
+  return {k: _mean_std(v) for k, v in slopes.items()}
+
+
+def _fit_points(results: list[dict[str, Any]], x_field: str,
+                y_spec: str) -> dict[tuple[str, int], list[tuple[float, float]]]:
+  """{(other settings, seed): [(x, y), ...]} of the finished points with a positive y."""
   per: dict[tuple[str, int], list[tuple[float, float]]] = {}
   for r in results:
     if r["status"] != "ok" or x_field not in r["overrides"]:
@@ -392,12 +404,52 @@ def fit_slopes(sweep: Sweep, results: list[dict[str, Any]],
     y = metric_value(r["metrics"], y_spec)
     if math.isfinite(y) and y > 0:
       per.setdefault((others or "all", r["seed"]), []).append((float(r["overrides"][x_field]), y))
-  slopes: dict[str, list[float]] = {}
-  for (others, _), xy in per.items():
-    if len({x for x, _ in xy}) >= 2:
-      x, y = np.log(np.asarray(xy)).T
-      slopes.setdefault(others, []).append(float(np.polyfit(x, y, 1)[0]))
-  return {k: _mean_std(v) for k, v in slopes.items()}
+  return per
+
+
+def _fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: str,
+              out_dir: str) -> str:
+  """Log-log plot of y against x, one marker per seed, with reference slopes 1 and 2."""
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  by_setting: dict[str, list[tuple[float, float]]] = {}
+  for (others, _), xy in _fit_points(results, x_field, y_spec).items():
+    by_setting.setdefault(others, []).extend(xy)
+  slopes = fit_slopes(sweep, results, x_field, y_spec)
+  for others, xy in sorted(by_setting.items()):
+    x, y = np.asarray(sorted(xy)).T
+    slope = slopes.get(others)
+    label = others + (f": slope {_cell(*slope)}" if slope else "")
+    points = ax.plot(x, y, "o", alpha=0.6, label=label)[0]
+    xs = np.unique(x)
+    means = np.exp([np.log(y[x == v]).mean() for v in xs])
+    ax.plot(xs, means, "-", color=points.get_color())
+  if by_setting:
+    x0 = min(x for xy in by_setting.values() for x, _ in xy)
+    y0 = np.exp(np.mean([np.log(y) for xy in by_setting.values() for x, y in xy if x == x0]))
+    xs = np.asarray([x0, max(x for xy in by_setting.values() for x, _ in xy)])
+    for power, style in ((1, ":"), (2, "--")):
+      ax.plot(xs, y0 * (xs / x0) ** power, style, color="gray", label=f"slope {power} (reference)")
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  name = y_spec.rsplit("/", 1)[-1]
+  ax.set_xlabel(_short(x_field))
+  ax.set_ylabel(f"{name} ({_unit(name)})")
+  title = f"{sweep.name}: {y_spec} against {_short(x_field)}, one marker per seed; line = mean"
+  ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  path = os.path.join(out_dir, "fit_" + _slug(y_spec) + "_vs_" + _short(x_field) + ".png")
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def _slug(spec: str) -> str:
+  return "".join(c if c.isalnum() or c in "._-" else "_"
+                 for c in spec.replace("*", "all")).strip("_")
 
 
 def _cell(mean: float, std: float, n: int) -> str:
@@ -445,6 +497,8 @@ def aggregate(sweep: Sweep, workdir: str,
               "| other settings | slope | seeds |", "|---|---|---|"]
     lines += [f"| {k} | {_cell(*v)} | {v[2]} |" for k, v in slopes.items()]
   plots = _plots(sweep, groups, workdir)
+  plots += [_fit_plot(sweep, results, fit["x"], fit["y"], os.path.join(workdir, "plots"))
+            for fit in sweep.fits]
   if plots:
     lines += [""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
   with open(os.path.join(workdir, "results.md"), "w") as f:
@@ -502,9 +556,11 @@ def _plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
       plt.close(fig)
       continue
     split, _, name = curve.partition("/")
-    ax.set_title(f"{sweep.name}: {name} ({split}); mean over seeds, band = min-max", fontsize=9)
+    # Long diagnostic names go whole into the wrapped title and by their last part on the axis.
+    title = f"{sweep.name}: {name} ({split}); mean over seeds, band = min-max"
+    ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
     ax.set_xlabel("training step")
-    ax.set_ylabel(f"{name} ({_unit(name)})")
+    ax.set_ylabel(f"{name.rsplit('/', 1)[-1]} ({_unit(name)})")
     if any(k in curve for k in ("loss", "perplexity", "update_ratio", "grad_norm")) and \
         all(v > 0 for g in groups.values() for r in g for _, v in r["curves"].get(curve, [])):
       ax.set_yscale("log")
