@@ -455,8 +455,9 @@ def _slug(spec: str) -> str:
 def _cell(mean: float, std: float, n: int) -> str:
   if n == 0:
     return "-"
-  digits = 3 if abs(mean) < 100 else 1
-  return f"{mean:.{digits}f} ± {std:.{digits}f}" if n > 1 else f"{mean:.{digits}f}"
+  # Small values (relative updates, ~1e-3) keep their significant digits.
+  spec = ".2e" if 0 < abs(mean) < 0.01 else (".3f" if abs(mean) < 100 else ".1f")
+  return f"{mean:{spec}} ± {std:{spec}}" if n > 1 else f"{mean:{spec}}"
 
 
 def aggregate(sweep: Sweep, workdir: str,
