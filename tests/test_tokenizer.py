@@ -68,6 +68,8 @@ def test_save_and_load_from_workdir_or_file(tmp_path, spm, make):
     assert type(loaded) is type(tok) and loaded.vocab_size == tok.vocab_size
     assert loaded.to_bytes() == tok.to_bytes()
   assert [f for f in os.listdir(tmp_path) if f.startswith(".")] == []  # no temp file left
+  # A second process that trained the same tokenizer (sweep points sharing one) overwrites it.
+  assert tok.save(tmp_path) == path and tk.load_tokenizer(path).to_bytes() == tok.to_bytes()
 
 
 def test_load_errors_name_the_path_and_the_fix(tmp_path):

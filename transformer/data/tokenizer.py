@@ -76,7 +76,9 @@ class Tokenizer(abc.ABC):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tmp.write_bytes(self.to_bytes())
-    tmp.rename(path)  # readers never see a half-written file
+    # replace, not rename: readers never see a half-written file, and processes that trained
+    # the same tokenizer at once (a shared sweep) overwrite each other instead of failing.
+    tmp.replace(path)
     return str(path)
 
 
