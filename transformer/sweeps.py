@@ -536,7 +536,8 @@ def _plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
   os.makedirs(out_dir, exist_ok=True)
   paths = []
   for curve in sweep.curves:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # The legend goes under the axes (one line per group), where it hides no curve.
+    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.17 * len(groups)))
     drawn = 0
     for group, members in groups.items():
       runs = [dict((int(s), v) for s, v in r["curves"].get(curve, [])) for r in members]
@@ -561,12 +562,13 @@ def _plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
     title = f"{sweep.name}: {name} ({split}); mean over seeds, band = min-max"
     ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
     ax.set_xlabel("training step")
-    ax.set_ylabel(f"{name.rsplit('/', 1)[-1]} ({_unit(name)})")
-    if any(k in curve for k in ("loss", "perplexity", "update_ratio", "grad_norm")) and \
+    ax.set_ylabel(f"{name if len(name) <= 30 else name.rsplit('/', 1)[-1]} ({_unit(name)})")
+    if any(k in curve for k in ("loss", "perplexity", "update_ratio", "grad_norm", "absmax",
+                                "_var")) and \
         all(v > 0 for g in groups.values() for r in g for _, v in r["curves"].get(curve, [])):
       ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
     fig.tight_layout()
     path = os.path.join(out_dir, curve.replace("/", "_") + ".png")
     fig.savefig(path, dpi=100)
