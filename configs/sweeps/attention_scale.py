@@ -14,8 +14,9 @@ HEADS = "decoder/layer_*/self_attention/head_*"
 def get_sweep() -> Sweep:
   return Sweep(
       name="attention_scale",
-      question="Eval NLL, attention entropy (mean and minimum over heads) and max |logit| "
-               "of six attention-scale variants at peak learning rate 1e-2.",
+      question="Eval NLL, logit variance and attention entropy (means over layers and heads) "
+               "and the largest |logit| of six attention-scale variants at peak learning "
+               "rate 1e-2.",
       base="configs/lm_tiny.py",
       axes=({"model.attention_scale": ["inv_sqrt_dk", "inv_dk", "none", "inv_sqrt_dk",
                                        "learned", "inv_sqrt_dk"],
