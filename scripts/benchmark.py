@@ -124,7 +124,8 @@ def benchmark(config, modes, steps: int, repeats: int) -> dict:
   if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
     from transformer import decoding
     result["decode"] = decoding.benchmark_decoding(
-        cfg.replace(dropout_rate=0.0), _DECODE_BATCH.value, _DECODE_TOKENS.value)
+        cfg.replace(dropout_rate=0.0), _DECODE_BATCH.value, _DECODE_TOKENS.value,
+        repeats=repeats)
 
   if "data" in modes:  # the host input pipeline alone, on the config's own data
     from transformer.data import pipeline

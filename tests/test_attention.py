@@ -140,6 +140,39 @@ def test_multihead_module_matches_reference_for_every_mode(attention_scale, qk_n
   np.testing.assert_allclose(out, _module_reference(cfg, params, x, kv, mask), atol=1e-4)
 
 
+@pytest.mark.parametrize("use_bias, qk_norm, implementation", [
+    (True, "none", "einsum"), (False, "rmsnorm", "einsum"), (True, "none", "xla")])
+def test_decoding_steps_through_the_cache_equal_causal_self_attention(use_bias, qk_norm,
+                                                                     implementation):
+  cfg = ModelConfig(d_model=16, num_heads=2, use_bias=use_bias, qk_norm=qk_norm, posemb="rope",
+                    attention_impl=implementation)
+  batch, length, heads, head_dim = 2, 5, 2, 8
+  x = jnp.asarray(np.random.default_rng(4).normal(size=(batch, length, 16)), jnp.float32)
+  positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+  valid = jnp.ones((batch, length), bool)
+  causal = attention.make_attention_mask(valid, valid, causal=True)
+  module = attention.MultiHeadAttention(cfg, self_attention=True)
+  params = module.init(jax.random.PRNGKey(0), x, x, causal, q_positions=positions,
+                       kv_positions=positions)["params"]
+  full = module.apply({"params": params}, x, x, causal, q_positions=positions,
+                      kv_positions=positions)
+  # Creating the cache: keys/values [B * H, L, D] and q/k/v's kernels side by side, copied once.
+  _, made = module.apply({"params": params}, x, x, None, q_positions=positions,
+                         kv_positions=positions, decode=True, mutable=["cache"])
+  cache = made["cache"]
+  assert cache["cached_key"].shape == (batch * heads, length, head_dim)
+  stacked = np.concatenate([np.asarray(params[n]["kernel"]).reshape(16, -1)
+                            for n in ("query", "key", "value")], axis=1)
+  np.testing.assert_array_equal(cache["qkv_kernel"], stacked)
+  assert ("qkv_bias" in cache) == use_bias
+  for t in range(length):
+    out, made = module.apply({"params": params, "cache": cache}, x[:, t:t + 1], x[:, t:t + 1],
+                             None, q_positions=positions[:, t:t + 1],
+                             kv_positions=positions[:, t:t + 1], decode=True, mutable=["cache"])
+    cache = made["cache"]
+    np.testing.assert_allclose(out[:, 0], full[:, t], atol=1e-5)
+
+
 @pytest.mark.parametrize("d_k", [16, 64, 256, 1024])
 def test_variance_argument_for_iid_unit_q_and_k(d_k):
   # q, k iid N(0, 1): q.k is a sum of d_k products of variance 1, so Var(q.k) = d_k and

@@ -231,8 +231,18 @@ def test_bad_settings_are_one_clear_line():
       DecodeConfig(**kwargs)
 
 
+def test_first_argmax_is_argmax_ties_included():
+  logits = np.random.default_rng(0).normal(size=(6, 50)).astype(np.float32)
+  logits[1, [3, 7, 40]] = 9.0  # a three-way tie: the first wins, as in jnp.argmax
+  logits[2, :] = 0.0
+  logits[3, 49] = np.inf
+  for x in (logits, logits.astype(jnp.bfloat16)):
+    np.testing.assert_array_equal(decoding.first_argmax(jnp.asarray(x)),
+                                  np.argmax(np.asarray(x, np.float32), axis=-1))
+
+
 def test_benchmark_decoding_reports_both_paths():
   result = decoding.benchmark_decoding(_config(max_len=8), batch_size=2, num_tokens=8,
-                                       source_len=4, bucket=8)
+                                       source_len=4, bucket=8, repeats=2)
   assert set(result) == {"cached_tokens_per_sec", "uncached_tokens_per_sec", "speedup"}
   assert all(v > 0 for v in result.values())

@@ -95,6 +95,19 @@ def test_tied_logits_are_h_times_embedding_transpose_times_scale(logits_scale, v
                              atol=1e-5)
 
 
+def test_tied_logits_of_a_decoding_step_read_the_transpose_copied_into_the_cache():
+  cfg = _small(logits_scale="inv_sqrt_d")
+  module = embeddings.OutputLogits(cfg, 64, embeddings.TokenEmbedding(cfg, 64))
+  h = jnp.asarray(np.random.default_rng(1).normal(size=(2, 1, 32)), jnp.float32)
+  variables = module.init(jax.random.PRNGKey(0), h)
+  E = np.asarray(variables["params"]["token_embedding"]["embedding"])
+  first, made = module.apply(variables, h, decode=True, mutable=["cache"])  # creates the copy
+  np.testing.assert_array_equal(made["cache"]["logits_kernel"], E.T)
+  step = module.apply({**variables, **made}, h, decode=True)
+  for logits in (first, step):
+    np.testing.assert_allclose(logits, 32 ** -0.5 * np.asarray(h) @ E.T, rtol=1e-5, atol=1e-5)
+
+
 def test_untied_logits_have_their_own_matrix():
   cfg = _small(logits_via_embedding=False, logits_scale="inv_sqrt_d")
   module = embeddings.OutputLogits(cfg, 64, None)

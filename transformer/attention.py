@@ -38,13 +38,24 @@ def make_attention_mask(q_valid: jax.Array, kv_valid: jax.Array, *, causal: bool
 
 
 # ---- scaled dot-product attention ----
+def _heads_flat(x: jax.Array) -> jax.Array:
+  """[B, L, H, D] -> [B * H, L, D], the decoding cache's layout."""
+  batch, length, heads, dim = x.shape
+  return jnp.swapaxes(x, 1, 2).reshape(batch * heads, length, dim)
+
+
 def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
-                     softcap: Optional[float] = None) -> jax.Array:
-  """scale * q.k^T (then soft-capped) in float32: [B, Lq, H, D] x [B, Lk, H, D] -> [B, H, Lq, Lk]."""
+                     softcap: Optional[float] = None, kv_heads_flat: bool = False) -> jax.Array:
+  """scale * q.k^T (then soft-capped) in float32: [B, Lq, H, D] x [B, Lk, H, D] -> [B, H, Lq, Lk].
+
+  kv_heads_flat: key is [B * H, Lk, D] (the decoding cache's layout).
+  """
   # Heads-first operands: XLA:CPU runs these batched matmuls ~1.7x faster (fwd+bwd) than
   # with the head axis in the middle.
-  q, k = jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2)
-  logits = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+  batch, q_len, heads, _ = query.shape
+  k = key if kv_heads_flat else _heads_flat(key)
+  logits = jnp.einsum("nqd,nkd->nqk", _heads_flat(query), k, preferred_element_type=jnp.float32)
+  logits = logits.reshape(batch, heads, q_len, k.shape[1]) * scale
   if softcap is not None:
     logits = softcap * jnp.tanh(logits / softcap)
   return logits
@@ -57,8 +68,11 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
                           mask: Optional[jax.Array] = None, scale: Optional[float] = None,
                           softcap: Optional[float] = None, dropout_rate: float = 0.0,
                           dropout_rng: Optional[jax.Array] = None,
-                          implementation: str = "einsum") -> jax.Array:
+                          implementation: str = "einsum",
+                          kv_heads_flat: bool = False) -> jax.Array:
   """softmax(scale * q k^T) v: query [B, Lq, H, D], key/value [B, Lk, H, D] -> [B, Lq, H, D].
+
+  kv_heads_flat: key/value are [B * H, Lk, D] (the decoding cache's layout).
 
   scale None means 1/sqrt(D) (the paper). A query row whose mask is all False returns zeros
   (never NaN). implementation: 'einsum' (plain XLA einsums; any soft cap or attention
@@ -71,18 +85,24 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
     scale = 1.0 / math.sqrt(query.shape[-1])
   dropout = dropout_rate > 0.0 and dropout_rng is not None
   if implementation != "einsum" and softcap is None and not dropout:
+    if kv_heads_flat:
+      key, value = (jnp.swapaxes(x.reshape(query.shape[0], -1, *x.shape[1:]), 1, 2)
+                    for x in (key, value))
     out = jax.nn.dot_product_attention(query, key, value, mask=mask, scale=scale,
                                        implementation=implementation)
   else:
-    logits = attention_logits(query, key, scale=scale, softcap=softcap)
+    logits = attention_logits(query, key, scale=scale, softcap=softcap,
+                              kv_heads_flat=kv_heads_flat)
     if mask is not None:
       logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(logits, axis=-1)
     if dropout:
       keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
       weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    out = jnp.einsum("bhqk,bhkd->bhqd", weights.astype(value.dtype), jnp.swapaxes(value, 1, 2))
-    out = jnp.swapaxes(out, 1, 2)
+    batch, heads, q_len, k_len = weights.shape
+    value = value if kv_heads_flat else _heads_flat(value)
+    out = jnp.einsum("nqk,nkd->nqd", weights.astype(value.dtype).reshape(-1, q_len, k_len), value)
+    out = jnp.swapaxes(out.reshape(batch, heads, q_len, -1), 1, 2)
   if mask is not None:
     # Softmax over an all-masked row is uniform; such rows must contribute nothing.
     has_key = jnp.any(mask, axis=-1)  # [B|1, H|1, Lq]
@@ -108,6 +128,33 @@ def _qk_normalize(config: ModelConfig, x: jax.Array, name: str) -> jax.Array:
              param_dtype=config.params_dtype, name=name)(x)
 
 
+# ---- decoding steps: weights read as one [in, out] matrix ----
+def store_step_kernel(module: nn.Module, name: str, kernel: jax.Array,
+                      bias: Optional[jax.Array] = None) -> None:
+  """Puts a copy of kernel [in, out] (and bias [out]), in the compute dtype, in the 'cache'
+  collection, for `step_matmul`. Made once, when the cache is created (`models.init_cache`).
+
+  A decoding step multiplies one row per sequence by each weight matrix, so its time is the
+  time to read the weights, and on CPU a matrix-vector product reads a wide [in, out] matrix
+  faster than several narrow ones or a transposed one: the copies are q, k and v side by
+  side, and the tied embedding transposed (scripts/benchmark.py --mode=decode measures it).
+  They cost memory while decoding: 3 d^2 per layer and vocab x d (65 MB for the base model).
+  """
+  dtype = module.config.compute_dtype
+  module.put_variable("cache", f"{name}_kernel", kernel.astype(dtype))
+  if bias is not None:
+    module.put_variable("cache", f"{name}_bias", bias.astype(dtype))
+
+
+def step_matmul(module: nn.Module, name: str, x: jax.Array) -> jax.Array:
+  """x float[..., in] @ kernel [in, out] (+ bias) -> float[..., out], from `store_step_kernel`."""
+  kernel = module.get_variable("cache", f"{name}_kernel")
+  y = x.astype(kernel.dtype) @ kernel
+  if module.has_variable("cache", f"{name}_bias"):
+    y = y + module.get_variable("cache", f"{name}_bias")
+  return y
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head attention (Section 3.2.2). Self-attention may cache keys/values for decoding."""
 
@@ -131,22 +178,34 @@ class MultiHeadAttention(nn.Module):
     dense = lambda name: nn.DenseGeneral(  # noqa: E731
         (heads, head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
         param_dtype=cfg.params_dtype, kernel_init=nn.initializers.xavier_uniform(), name=name)
-    query = _qk_normalize(cfg, dense("query")(x), "query_norm")
-    cross_cached = decode and not self.self_attention and self.has_variable("cache", "cross_key")
-    if cross_cached:
-      key, value = self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
+    # A self-attention decoding step (decode=True once the cache exists) computes q, k and v
+    # in one matrix-vector product, from the stacked copy `_stack_qkv` put in the cache.
+    stepping = decode and self.self_attention and self.has_variable("cache", "qkv_kernel")
+    if stepping:
+      qkv = step_matmul(self, "qkv", x).reshape(*x.shape[:-1], 3, heads, head_dim)
+      query, key, value = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
+      key = _qk_normalize(cfg, key, "key_norm")
     else:
+      query = dense("query")(x)
+    query = _qk_normalize(cfg, query, "query_norm")
+    cross_cached = decode and not self.self_attention and self.has_variable("cache", "cross_key")
+    if cross_cached:  # [B * H, Ls, D], as the attention einsums read them
+      key, value = self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
+    elif not stepping:
       key = _qk_normalize(cfg, dense("key")(kv), "key_norm")
       value = dense("value")(kv)
-      if decode and not self.self_attention:
-        self.put_variable("cache", "cross_key", key)
-        self.put_variable("cache", "cross_value", value)
+      if decode and not self.self_attention:  # the encoder output's keys/values, once
+        self.put_variable("cache", "cross_key", _heads_flat(key))
+        self.put_variable("cache", "cross_value", _heads_flat(value))
+      if decode and self.self_attention:  # creating the cache
+        self._stack_qkv()
     if cfg.posemb == "rope" and self.self_attention:
       query = positional.apply_rope(query, q_positions, cfg.max_timescale)
       key = positional.apply_rope(key, kv_positions, cfg.max_timescale)
 
-    if decode:
-      key, value, mask = self._update_cache(key, value, mask)
+    kv_heads_flat = cross_cached
+    if decode and self.self_attention:
+      key, value, mask, kv_heads_flat = self._update_cache(key, value, mask)
 
     # For transformer.diagnostics: q and k before the scale, the mask, the per-head scale.
     # sow is a no-op unless apply(..., mutable=['intermediates']): training is unchanged.
@@ -170,26 +229,46 @@ class MultiHeadAttention(nn.Module):
     out = dot_product_attention(query, key, value, mask=mask, scale=scale,
                                 softcap=cfg.attn_logit_softcap,
                                 dropout_rate=cfg.attention_dropout_rate, dropout_rng=dropout_rng,
-                                implementation=cfg.attention_impl)
+                                implementation=cfg.attention_impl, kv_heads_flat=kv_heads_flat)
     return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias,
                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                            kernel_init=nn.initializers.xavier_uniform(), name="out")(out)
 
+  def _stack_qkv(self) -> None:
+    """The query, key and value kernels [d, H, D] side by side, [d, 3 H D], for the steps."""
+    params, d = self.variables["params"], self.config.d_model
+    names = ("query", "key", "value")
+    kernel = jnp.concatenate([params[n]["kernel"].reshape(d, -1) for n in names], axis=1)
+    bias = None
+    if self.config.use_bias:
+      bias = jnp.concatenate([params[n]["bias"].reshape(-1) for n in names])
+    store_step_kernel(self, "qkv", kernel, bias)
+
   def _update_cache(self, key: jax.Array, value: jax.Array, mask: Optional[jax.Array]):
-    """Writes the new key/value [B, 1, H, D] at the cache index; returns the whole cache and its mask."""
+    """Writes the new key/value [B, 1, H, D] at the cache index: (keys, values, mask,
+    heads_flat). The first call only allocates the cache and returns its inputs.
+
+    The cache is stored [B * H, L, D], the shape in which the attention einsums read it, so a
+    step updates it in place and reads it where it lies. Stored [B, L, H, D], every step
+    copied it heads-first; stored in a shape the einsums reshape, XLA:CPU fused the update
+    into both readers (the next step and the einsum) and copied the cache for each.
+    """
     initialized = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
-    cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+    batch, _, heads, head_dim = key.shape
+    shape = (batch * heads, key.shape[1], head_dim)
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, shape, key.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, shape, value.dtype)
     index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
-    if not initialized:  # the init call only allocates the cache, [B, max_decode_len, H, D]
-      return key, value, mask
+    if not initialized:
+      return key, value, mask, False
     if key.shape[1] != 1:
       raise ValueError(f"decode=True feeds one token at a time, got length {key.shape[1]}.")
     i = index.value
-    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key, i, axis=1)
-    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, value, i, axis=1)
+    for cached, new in ((cached_key, key), (cached_value, value)):
+      # [B, 1, H, D] -> [B * H, 1, D] is a reshape: the length axis has size 1.
+      cached.value = jax.lax.dynamic_update_slice_in_dim(
+          cached.value, new.reshape(batch * heads, 1, head_dim), i, axis=1)
     index.value = i + 1
-    length = cached_key.value.shape[1]
-    cache_mask = (jnp.arange(length) <= i)[None, None, None, :]  # [1, 1, 1, L]
+    cache_mask = (jnp.arange(cached_key.value.shape[1]) <= i)[None, None, None, :]  # [1, 1, 1, L]
     mask = cache_mask if mask is None else mask & cache_mask
-    return cached_key.value, cached_value.value, mask
+    return cached_key.value, cached_value.value, mask, True

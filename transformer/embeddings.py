@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import positional
+from transformer.attention import step_matmul, store_step_kernel
 from transformer.config import ModelConfig, resolve_scale
 
 
@@ -101,10 +102,16 @@ class OutputLogits(nn.Module):
   token_embedding: Optional[TokenEmbedding] = None  # set: tied logits
 
   @nn.compact
-  def __call__(self, h: jax.Array) -> jax.Array:
+  def __call__(self, h: jax.Array, *, decode: bool = False) -> jax.Array:
+    """h float[B, L, d] -> logits float[B, L, vocab]. decode=True: tied logits of a decoding
+    step read E^T [d, vocab], copied when the cache was created (`attention.step_matmul`)."""
     cfg = self.config
-    if self.token_embedding is not None:
+    if decode and self.has_variable("cache", "logits_kernel"):  # a decoding step
+      logits = step_matmul(self, "logits", h)
+    elif self.token_embedding is not None:
       logits = self.token_embedding.attend(h)
+      if decode:  # creating the cache
+        store_step_kernel(self, "logits", self.token_embedding.embedding.T)
     else:
       logits = nn.Dense(self.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
                         param_dtype=cfg.params_dtype,

@@ -88,7 +88,7 @@ class DecoderBlock(nn.Module):
     if self.cross_attention:
       cross_attn = MultiHeadAttention(cfg, self_attention=False, name="cross_attention")
       x = residual(cfg, x, lambda h: cross_attn(h, encoded, cross_mask,
-                                                 deterministic=deterministic),
+                                                 deterministic=deterministic, decode=decode),
                    make_norm(cfg, name="cross_attention_norm"), deterministic=deterministic)
     ffn = FeedForward(cfg, name="ffn")
     x = residual(cfg, x, lambda h: ffn(h, deterministic=deterministic),

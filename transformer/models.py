@@ -8,7 +8,6 @@ Packed batches pass `*_segmentation` (segment id per token, 0 = pad) and `*_posi
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -138,7 +137,7 @@ class Transformer(nn.Module):
                                      kv_segmentation=inputs_segmentation)
     h = self.decoder(decoder_inputs, self_mask, targets_position, encoded, cross_mask,
                      deterministic=deterministic, decode=decode)
-    return h if return_hidden else self.output_logits(h)
+    return h if return_hidden else self.output_logits(h, decode=decode)
 
   def project(self, hidden: jax.Array) -> jax.Array:
     """Final hidden states float[B, L, d] -> logits float[B, L, V]."""
@@ -185,7 +184,7 @@ class DecoderOnly(nn.Module):
       mask = make_attention_mask(valid, valid, causal=True, q_segmentation=segmentation,
                                  kv_segmentation=segmentation)
     h = self.decoder(decoder_inputs, mask, position, deterministic=deterministic, decode=decode)
-    return h if return_hidden else self.output_logits(h)
+    return h if return_hidden else self.output_logits(h, decode=decode)
 
   def project(self, hidden: jax.Array) -> jax.Array:
     """Final hidden states float[B, L, d] -> logits float[B, L, V]."""
@@ -196,15 +195,17 @@ def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
                encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
   """The 'cache' collection for decoding up to `length` tokens of `batch` rows.
 
-  Self-attention caches start at zero; a Transformer's cross-attention caches hold the
-  encoder output (encoded float[batch, Ls, d], inputs int[batch, Ls]) already projected to
-  keys and values, so decoding steps never project it again.
+  Self-attention caches start at zero. What a step would otherwise recompute from fixed
+  arrays is made here, once: a Transformer's cross-attention keys and values of the encoder
+  output (encoded float[batch, Ls, d], inputs int[batch, Ls]), and the weights the steps read
+  in a matrix-vector-friendly layout (stacked q/k/v kernels, the transposed tied embedding).
+  The cache is made by a decoder pass over `length` zeros: inside jit XLA keeps only what
+  feeds the cache; outside jit the whole pass runs.
   """
   targets = jnp.zeros((batch, length), jnp.int32)
   if isinstance(model, DecoderOnly):
-    shapes = jax.eval_shape(functools.partial(model.init, decode=True), jax.random.PRNGKey(0),
-                            targets)
-    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes["cache"])
-  _, variables = model.apply({"params": params}, encoded, inputs, targets, decode=True,
-                             mutable=["cache"], method=Transformer.decode)
+    _, variables = model.apply({"params": params}, targets, decode=True, mutable=["cache"])
+  else:
+    _, variables = model.apply({"params": params}, encoded, inputs, targets, decode=True,
+                               mutable=["cache"], method=Transformer.decode)
   return variables["cache"]
