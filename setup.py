@@ -22,6 +22,8 @@ setuptools.setup(
         "sacrebleu>=2.4,<3",
         "matplotlib>=3.8,<4",
         "tqdm>=4.66,<5",
+        # A lock per running sweep point, released by the OS when its process dies.
+        "filelock>=3.12",
         # TFDS without TensorFlow reads its resources through these.
         "importlib_resources>=6",
         "etils[epath,epy]>=1.7",
@@ -29,5 +31,5 @@ setuptools.setup(
         "tensorboardX>=2.6,<3",
         "numpy>=1.26",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5"]},
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "import-linter>=2.1"]},
 )

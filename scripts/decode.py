@@ -6,14 +6,15 @@
 
 The newest readable checkpoint (or --step) and the workdir's tokenizer; beam search (beam 4,
 alpha 0.6, as the paper) unless --method=greedy or --method=sample. The output has exactly one
-line per input line, in order; an empty line gives an empty line. Logic: transformer.inference.
+line per input line, in order; an empty line gives an empty line. The work is
+`transformer.inference.lines.decode_file`.
 """
 
 import sys
 
 from absl import app, flags, logging
 
-from transformer import inference
+from transformer.inference import decoding, lines
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")
@@ -26,26 +27,8 @@ _MAX_INPUT_LEN = flags.DEFINE_integer("max_input_len", None,
 _PROMPT_EOS = flags.DEFINE_enum("prompt_eos", "auto", ["auto", "true", "false"],
                                 "lm: append EOS to each prompt (auto: for seq2seq-style data).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
-_DECODE_CONFIG = inference.define_decode_flags()
+_DECODE_CONFIG = decoding.define_decode_flags()
 flags.mark_flags_as_required(["workdir"])
-
-
-def _read_lines(path: str) -> list[str]:
-  """Lines without their line break; a final line break does not add an empty line."""
-  if path == "-":
-    return [line.rstrip("\n") for line in sys.stdin]
-  with open(path, encoding="utf-8") as f:
-    return [line.rstrip("\n") for line in f]
-
-
-def _write_lines(path: str, lines: list[str]) -> None:
-  text = "".join(line + "\n" for line in lines)
-  if path == "-":
-    sys.stdout.write(text)
-    sys.stdout.flush()
-  else:
-    with open(path, "w", encoding="utf-8") as f:
-      f.write(text)
 
 
 def main(argv):
@@ -54,14 +37,10 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:  # keep orbax's per-file INFO lines off the terminal
     logging.set_verbosity(logging.WARNING)
   try:
-    config = _DECODE_CONFIG()
-    lines = _read_lines(_INPUT.value)
-    loaded = inference.load(_WORKDIR.value, _STEP.value, _TOKENIZER.value)
     prompt_eos = None if _PROMPT_EOS.value == "auto" else _PROMPT_EOS.value == "true"
-    outputs = inference.decode_lines(loaded, lines, config, batch_size=_BATCH_SIZE.value,
-                                     max_len=_MAX_INPUT_LEN.value, prompt_eos=prompt_eos,
-                                     seed=_SEED.value)
-    _write_lines(_OUTPUT.value, outputs)
+    lines.decode_file(_WORKDIR.value, _INPUT.value, _OUTPUT.value, config=_DECODE_CONFIG(),
+                      step=_STEP.value, tokenizer=_TOKENIZER.value, batch_size=_BATCH_SIZE.value,
+                      max_len=_MAX_INPUT_LEN.value, prompt_eos=prompt_eos, seed=_SEED.value)
   except (ValueError, OSError) as e:  # InferenceError is a ValueError
     sys.exit(f"error: {' '.join(str(e).split())}")
 

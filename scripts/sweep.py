@@ -6,12 +6,14 @@ Finished points (WORKDIR/points/NAME/result.json) are skipped, so rerunning the 
 resumes an interrupted sweep. --print_launch prints one command per unfinished point for a
 cluster instead; --aggregate_only rebuilds results.md / results.csv / plots from the stored
 results. Every point is an ordinary training run: scripts/analyze.py works on its directory.
+The work is `transformer.research.sweeps.run_command`.
 """
 
-import dataclasses
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
+
+from transformer.research import sweeps
 
 _CONFIG = flags.DEFINE_string("config", None, "Sweep file (configs/sweeps/NAME.py).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the points and the tables go.")
@@ -26,21 +28,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  from transformer import sweeps
-
-  sweep = sweeps.load_sweep(_CONFIG.value)
-  if _SEEDS.value:
-    sweep = dataclasses.replace(sweep, seeds=tuple(int(s) for s in _SEEDS.value))
-  command = f"python scripts/sweep.py --config={_CONFIG.value} --workdir=WORKDIR"
-  if _PRINT_LAUNCH.value:
-    print("\n".join(sweeps.launch_lines(sweep, _CONFIG.value, _WORKDIR.value)))
-    return
-  if not _AGGREGATE_ONLY.value:
-    sweeps.run_sweep(sweep, _WORKDIR.value, only=_POINT.value)
-  summary = sweeps.aggregate(sweep, _WORKDIR.value, command=command)
-  logging.info("%d of %d points finished; tables in %s/results.md", summary["points"],
-               summary["expected"], _WORKDIR.value)
-  print(open(f"{_WORKDIR.value}/results.md").read())
+  print(sweeps.run_command(_CONFIG.value, _WORKDIR.value, points=_POINT.value, seeds=_SEEDS.value,
+                           aggregate_only=_AGGREGATE_ONLY.value,
+                           print_launch=_PRINT_LAUNCH.value))
 
 
 if __name__ == "__main__":

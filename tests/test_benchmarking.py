@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from conftest import REPO
-from transformer import benchmarking
+from transformer.research import benchmarking
 from transformer.config import ModelConfig
 from transformer.models import DecoderOnly, Transformer
 
@@ -67,3 +67,12 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   assert diag["every_steps"] == 2 and diag["seconds_with"] > 0 and diag["seconds_without"] > 0
   assert diag["overhead"] == pytest.approx(diag["seconds_with"] / diag["seconds_without"] - 1)
   assert result["decode"]["cached_tokens_per_sec"] > 0 and result["decode"]["speedup"] > 0
+
+
+def test_benchmark_decoding_reports_both_paths():
+  result = benchmarking.benchmark_decoding(
+      ModelConfig(vocab_size=20, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
+                  num_decoder_layers=1, max_len=8, dropout_rate=0.0), batch_size=2, num_tokens=8,
+                                       source_len=4, bucket=8, repeats=2)
+  assert set(result) == {"cached_tokens_per_sec", "uncached_tokens_per_sec", "speedup"}
+  assert all(v > 0 for v in result.values())

@@ -7,10 +7,11 @@ import numpy as np
 import optax
 import pytest
 
-from transformer import decoding
+from transformer.inference import decoding
 from transformer.config import ModelConfig
-from transformer.decoding import EOS_ID, DecodeConfig
+from transformer.inference.decoding import DecodeConfig
 from transformer.models import DecoderOnly, Transformer
+from transformer.token_ids import EOS_ID
 from transformer.training import steps as train_steps
 
 V = 24
@@ -239,10 +240,3 @@ def test_first_argmax_is_argmax_ties_included():
   for x in (logits, logits.astype(jnp.bfloat16)):
     np.testing.assert_array_equal(decoding.first_argmax(jnp.asarray(x)),
                                   np.argmax(np.asarray(x, np.float32), axis=-1))
-
-
-def test_benchmark_decoding_reports_both_paths():
-  result = decoding.benchmark_decoding(_config(max_len=8), batch_size=2, num_tokens=8,
-                                       source_len=4, bucket=8, repeats=2)
-  assert set(result) == {"cached_tokens_per_sec", "uncached_tokens_per_sec", "speedup"}
-  assert all(v > 0 for v in result.values())

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from transformer import evaluation
+from transformer.inference import evaluation
 
 SACREBLEU = str(pathlib.Path(sys.executable).parent / "sacrebleu")
 

@@ -48,7 +48,7 @@ def test_configs_build_their_models(name):
   config = experiment.load_config(str(REPO / "configs" / f"{name}.py"))
   cfg = experiment.model_config(config, vocab_size=35)
   from transformer.training import loop
-  model = loop.build_model(config, cfg)
+  model = experiment.build_model(config, cfg)
   shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
                           *([jax.ShapeDtypeStruct((1, 8), "int32")] *
                             (1 if config.model_type == "lm" else 2)))

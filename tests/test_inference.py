@@ -18,12 +18,13 @@ import pytest
 
 from conftest import REPO, tiny_experiment
 from test_evaluation import sacrebleu_cli
-from transformer import decoding, inference
+from transformer.inference import decoding, loading
+from transformer.inference import lines as lines_io
 from transformer.data import tokenizer as tokenizers
 from transformer.config import ModelConfig
-from transformer.decoding import DecodeConfig
+from transformer.inference.decoding import DecodeConfig
 from transformer.models import DecoderOnly
-from transformer.training import experiment, loop
+from transformer.training import evaluate, experiment, loop
 from transformer.training.writers import read_metrics
 
 # 600 steps of configs/default.py (about a minute here) sit on the steep part of the learning
@@ -78,18 +79,18 @@ def test_bleu_during_training_needs_a_seq2seq_model(tiny_config, tmp_path):
 
 
 def test_lines_are_kept_in_order_and_empty_lines_stay_empty(workdir, caplog):
-  loaded = inference.load(workdir)
+  loaded = loading.load(workdir)
   long_line = " ".join("abcdefgh"[i % 8] for i in range(30))
   lines = ["a b c", "", "   ", long_line, "h", "c d e f g", "b a"] * 3
   greedy = DecodeConfig(method="greedy")
   with caplog.at_level(logging.WARNING):
-    together = inference.decode_lines(loaded, lines, greedy, batch_size=4)
+    together = lines_io.decode_lines(loaded, lines, greedy, batch_size=4)
   assert "3 of 21 input line(s) had more than 9 tokens and were truncated" in caplog.text
   assert len(together) == len(lines)
   assert [t for t, line in zip(together, lines) if not line.strip()] == [""] * 6
   # Batching and sorting by length change nothing (the long line aside: it pads its batch
   # to 9 tokens, which makes another compilation, not another result).
-  alone = [inference.decode_lines(loaded, [line], greedy, batch_size=1)[0] if line != long_line
+  alone = [lines_io.decode_lines(loaded, [line], greedy, batch_size=1)[0] if line != long_line
            else together[3] for line in lines[:7]]
   assert together == alone * 3
 
@@ -102,13 +103,13 @@ def test_a_language_model_continues_each_line(tiny_config):
   model = DecoderOnly(cfg)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), np.ones((1, 4), np.int32))["params"]
   tiny_config.model_type = "lm"
-  loaded = inference.Loaded("", 0, model, params, cfg, tiny_config, tok)
-  assert inference.max_input_len(loaded) == 11 and inference.prompt_ends_with_eos(tiny_config)
-  ids, truncated = inference.encode_lines(loaded, ["a b", "", "a " * 20])
+  loaded = loading.Loaded("", 0, model, params, cfg, tiny_config, tok)
+  assert lines_io.max_input_len(loaded) == 11 and lines_io.prompt_ends_with_eos(tiny_config)
+  ids, truncated = lines_io.encode_lines(loaded, ["a b", "", "a " * 20])
   assert ids[0] == [3, 4, 1] and ids[1] == [] and len(ids[2]) == 11 and ids[2][-1] == 1
   assert truncated == 1
-  assert inference.encode_lines(loaded, ["a b"], prompt_eos=False)[0] == [[3, 4]]
-  out = inference.decode_lines(loaded, ["a b", "", "c", "a " * 20], DecodeConfig(method="greedy"))
+  assert lines_io.encode_lines(loaded, ["a b"], prompt_eos=False)[0] == [[3, 4]]
+  out = lines_io.decode_lines(loaded, ["a b", "", "c", "a " * 20], DecodeConfig(method="greedy"))
   assert len(out) == 4 and out[1] == ""
   alone = decoding.greedy(model, params, np.asarray([[3, 4, 1]], np.int32))
   assert out[0] == tok.decode(np.asarray(alone)[0])
@@ -117,24 +118,24 @@ def test_a_language_model_continues_each_line(tiny_config):
 def test_mistakes_give_one_clear_line(workdir, tmp_path):
   empty = tmp_path / "empty"
   empty.mkdir()
-  with pytest.raises(inference.InferenceError, match="No config.json"):
-    inference.load(str(empty))
+  with pytest.raises(loading.InferenceError, match="No config.json"):
+    loading.load(str(empty))
   (empty / "config.json").write_text(open(os.path.join(workdir, "config.json")).read())
-  with pytest.raises(inference.InferenceError, match="No checkpoints in") as e:
-    inference.load(str(empty))
+  with pytest.raises(loading.InferenceError, match="No checkpoints in") as e:
+    loading.load(str(empty))
   assert "\n" not in str(e.value)
   other = tokenizers.SyntheticTokenizer("reverse", 20)  # the run's task has 8 symbols
   path = other.save(tmp_path / "tokenizer.json")
-  with pytest.raises(inference.InferenceError, match="has 23 ids but the checkpoint's model has "
+  with pytest.raises(loading.InferenceError, match="has 23 ids but the checkpoint's model has "
                      "vocab_size=11") as e:
-    inference.load(workdir, tokenizer=path)
+    loading.load(workdir, tokenizer=path)
   assert "\n" not in str(e.value)
-  with pytest.raises(inference.InferenceError, match="No checkpoint for step 7"):
-    inference.load(workdir, step=7)
+  with pytest.raises(loading.InferenceError, match="No checkpoint for step 7"):
+    loading.load(workdir, step=7)
 
 
 def test_evaluate_writes_results_and_its_bleu_is_the_sacrebleu_command_lines(workdir):
-  results = inference.evaluate(workdir, batch_size=12)  # rounded up to the 8 devices: 16
+  results = evaluate.evaluate_workdir(workdir, batch_size=12)  # rounded up to the 8 devices: 16
   out = os.path.join(workdir, "eval", "10")
   assert json.load(open(os.path.join(out, "results.json")))["bleu"] == results["bleu"]
   assert results["num_examples"] == 40 and results["step"] == 10
@@ -150,7 +151,7 @@ def test_decode_script(workdir):
   run = _script("decode.py", f"--workdir={workdir}", "--method=greedy",
                 stdin="\n".join(lines) + "\n")
   assert run.returncode == 0, run.stderr
-  want = inference.decode_lines(inference.load(workdir), lines, DecodeConfig(method="greedy"))
+  want = lines_io.decode_lines(loading.load(workdir), lines, DecodeConfig(method="greedy"))
   assert run.stdout == "".join(w + "\n" for w in want)
   assert "1 of 4 input line(s) had more than 9 tokens" in run.stderr
 
@@ -168,7 +169,7 @@ def test_default_config_decodes_the_held_out_split_by_beam_search(tfds_dir, tmp_
   config.num_train_steps = SHORT_RUN_STEPS
   config.eval_every_steps = config.checkpoint_every_steps = SHORT_RUN_STEPS
   loop.train_and_evaluate(config, str(tmp_path))
-  results = inference.evaluate(str(tmp_path))  # beam 4, alpha 0.6
+  results = evaluate.evaluate_workdir(str(tmp_path))  # beam 4, alpha 0.6
   assert results["num_examples"] == 1000
   assert results["exact_match"] >= SHORT_RUN_MIN_EXACT, results
   out = tmp_path / "eval" / str(SHORT_RUN_STEPS)

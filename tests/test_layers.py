@@ -10,7 +10,7 @@ import pytest
 
 from transformer import layers
 from transformer.config import ModelConfig
-from transformer.embeddings import make_norm
+from transformer.norms import make_norm
 
 
 def _cfg(**overrides):

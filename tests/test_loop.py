@@ -15,7 +15,8 @@ import pytest
 
 from conftest import REPO
 from transformer import checkpoint
-from transformer.training import loop, writers
+from transformer.models import apply_model
+from transformer.training import experiment, loop, writers
 from transformer.training.experiment import load_config
 
 
@@ -101,7 +102,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   # The logits of the training process's own (sharded, restored) state ...
   from transformer.training import sharding, steps
   model_config = checkpoint.load_params(str(workdir))[1]
-  model = loop.build_model(tiny_config, model_config)
+  model = experiment.build_model(tiny_config, model_config)
   tokens = np.arange(18, dtype=np.int32).reshape(2, 9) % 10 + 1
   batch = {"inputs": tokens, "targets": tokens[:, ::-1].copy()}
   mesh = sharding.make_mesh(devices)
@@ -111,7 +112,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   abstract = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding.replicated(mesh)), abstract)
   state, _ = checkpoint.Checkpointer(str(workdir)).restore(abstract)
-  expected = np.asarray(steps.apply_model(model, state.params, batch))
+  expected = np.asarray(apply_model(model, state.params, batch))
   np.save(tmp_path / "batch.npy", np.stack([batch["inputs"], batch["targets"]]))
   # ... equal those of load_params in a process that has one device.
   script = textwrap.dedent(f"""
@@ -123,7 +124,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
       from transformer.training import steps
       params, cfg = checkpoint.load_params({str(workdir)!r})
       inputs, targets = np.load({str(tmp_path / 'batch.npy')!r})
-      logits = steps.apply_model(Transformer(cfg), params, {{"inputs": inputs, "targets": targets}})
+      logits = apply_model(Transformer(cfg), params, {{"inputs": inputs, "targets": targets}})
       np.save({str(tmp_path / 'logits.npy')!r}, np.asarray(logits))
   """)
   env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}

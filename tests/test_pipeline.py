@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from transformer.data import pipeline, synthetic
+from transformer.token_ids import EOS_ID
 from transformer.data.pipeline import Sources
 from transformer.data.tokenizer import SyntheticTokenizer
 
@@ -75,7 +76,7 @@ def test_synthetic_batches(data_dir, tmp_path):
     for row in itertools.chain(batch["inputs"], batch["targets"]):
       assert row.dtype == np.int32 and row.shape == (8,)
       n = int(np.count_nonzero(row))
-      assert np.all(row[n:] == 0) and (n == 0 or row[n - 1] == synthetic.EOS)
+      assert np.all(row[n:] == 0) and (n == 0 or row[n - 1] == EOS_ID)
     x, y = batch["inputs"][0], batch["targets"][0]
     k = int(np.count_nonzero(x)) - 1
     np.testing.assert_array_equal(y[:k], x[:k][::-1])  # reverse task

@@ -37,7 +37,8 @@ def test_warmup_shapes(name):
   else:
     assert np.all(np.diff(v[9:50]) < 0)  # strictly decaying after the peak
     assert v[49] > 0  # every one of the 50 updates gets a nonzero rate
-    np.testing.assert_allclose(v[50:], 0.0, atol=1e-7)
+    # Past the last update: 0 up to optax's float32 interpolation (~1e-7 of the peak).
+    np.testing.assert_allclose(v[50:], 0.0, atol=1e-6)
 
 
 def test_cosine_midpoint_and_linear_midpoint():

@@ -47,7 +47,7 @@ def _train(model, tx, lr_fn, devices, batches, **step_kw):
   losses = []
   for batch in batches:
     state, metrics = step(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1))
-    losses.append(float(metrics["loss"]))
+    losses.append(float(metrics["loss_sum"] / metrics["weight_sum"]))
   return losses, sharding.to_host(state.params)
 
 
@@ -84,8 +84,8 @@ def test_step_rng_is_folded_with_the_step(devices):
   _, m0 = step(state, batch, jax.random.PRNGKey(1))
   _, m0_again = step(state, batch, jax.random.PRNGKey(1))
   _, m1 = step(state.replace(step=state.step + 1), batch, jax.random.PRNGKey(1))
-  assert float(m0["loss"]) == float(m0_again["loss"])
-  assert float(m0["loss"]) != float(m1["loss"])  # another step, another dropout mask
+  assert float(m0["loss_sum"]) == float(m0_again["loss_sum"])
+  assert float(m0["loss_sum"]) != float(m1["loss_sum"])  # another step, another dropout mask
 
 
 def test_eval_step_sums_and_ignores_padding(devices):

@@ -3,14 +3,13 @@
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from transformer import sweeps
-from transformer.sweeps import Point, Sweep
+from transformer.research import sweeps
+from transformer.research.sweeps import Point, Sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"num_train_steps": 4, "log_every_steps": 2, "eval_every_steps": 4,
@@ -185,11 +184,18 @@ def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):
 def test_a_point_locked_by_a_live_process_is_skipped(tmp_path):
   sweep = _sweep()
   point = sweeps.expand(sweep)[0]
-  lock = os.path.join(sweeps.point_dir(str(tmp_path), point), sweeps.LOCK_FILE)
-  assert sweeps._claim(str(tmp_path), point)
-  assert open(lock).read().split()[1] == str(os.getpid())
-  assert not sweeps._claim(str(tmp_path), point)  # held by a live process (this one)
+  lock = sweeps.claim(str(tmp_path), point)
+  assert lock is not None and lock.is_locked
+  assert sweeps.claim(str(tmp_path), point) is None  # held by a live process (this one)
   assert sweeps.run_sweep(sweep, str(tmp_path), only=[point.name]) == []
-  with open(lock, "w") as f:
-    f.write(f"{socket.gethostname()} 999999999")  # a process that is gone
-  assert sweeps._claim(str(tmp_path), point)
+  lock.release()  # as the OS does when the holding process dies
+  again = sweeps.claim(str(tmp_path), point)
+  assert again is not None
+  again.release()
+  # A process that took the lock and died without releasing it leaves it free.
+  path = os.path.join(sweeps.point_dir(str(tmp_path), point), sweeps.LOCK_FILE)
+  subprocess.run([sys.executable, "-c", "import filelock, os; "
+                  f"filelock.FileLock({path!r}).acquire(); os._exit(9)"], check=False)
+  taken = sweeps.claim(str(tmp_path), point)
+  assert taken is not None
+  taken.release()

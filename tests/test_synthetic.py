@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from transformer.data import synthetic
-from transformer.data.synthetic import EOS, NUM_RESERVED, SyntheticConfig
+from transformer.data.synthetic import SyntheticConfig
+from transformer.token_ids import EOS_ID as EOS, NUM_RESERVED
 
 SMALL = dict(vocab_size=8, min_len=1, max_len=6, num_train=200, num_eval=40, seed=0)
 

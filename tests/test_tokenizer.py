@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transformer.data import tokenizer as tk
-from transformer.data.synthetic import EOS, PAD, UNK
+from transformer.token_ids import EOS_ID as EOS, PAD_ID as PAD, UNK_ID as UNK
 
 CORPUS = ["The quick brown fox jumps over the lazy dog.", "Grüße aus Köln, naïve café!",
           "Привет, мир: это проверка.", "日本語のテキストです。", "مرحبا بالعالم",

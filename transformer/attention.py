@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer import positional
-from transformer.config import ModelConfig, resolve_scale
+from transformer.config import MODES, ModelConfig, resolve_scale
+from transformer.decode_cache import step_matmul, store_step_kernel
 
 
 # ---- masks (the only mask code of the project) ----
@@ -61,7 +62,7 @@ def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
   return logits
 
 
-IMPLEMENTATIONS = ("einsum", "xla", "cudnn")
+IMPLEMENTATIONS = MODES["attention_impl"]
 
 
 def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
@@ -126,33 +127,6 @@ def _qk_normalize(config: ModelConfig, x: jax.Array, name: str) -> jax.Array:
   cls = nn.LayerNorm if config.qk_norm == "layernorm" else nn.RMSNorm
   return cls(epsilon=config.norm_epsilon, dtype=config.compute_dtype,
              param_dtype=config.params_dtype, name=name)(x)
-
-
-# ---- decoding steps: weights read as one [in, out] matrix ----
-def store_step_kernel(module: nn.Module, name: str, kernel: jax.Array,
-                      bias: Optional[jax.Array] = None) -> None:
-  """Puts a copy of kernel [in, out] (and bias [out]), in the compute dtype, in the 'cache'
-  collection, for `step_matmul`. Made once, when the cache is created (`models.init_cache`).
-
-  A decoding step multiplies one row per sequence by each weight matrix, so its time is the
-  time to read the weights, and on CPU a matrix-vector product reads a wide [in, out] matrix
-  faster than several narrow ones or a transposed one: the copies are q, k and v side by
-  side, and the tied embedding transposed (scripts/benchmark.py --mode=decode measures it).
-  They cost memory while decoding: 3 d^2 per layer and vocab x d (65 MB for the base model).
-  """
-  dtype = module.config.compute_dtype
-  module.put_variable("cache", f"{name}_kernel", kernel.astype(dtype))
-  if bias is not None:
-    module.put_variable("cache", f"{name}_bias", bias.astype(dtype))
-
-
-def step_matmul(module: nn.Module, name: str, x: jax.Array) -> jax.Array:
-  """x float[..., in] @ kernel [in, out] (+ bias) -> float[..., out], from `store_step_kernel`."""
-  kernel = module.get_variable("cache", f"{name}_kernel")
-  y = x.astype(kernel.dtype) @ kernel
-  if module.has_variable("cache", f"{name}_bias"):
-    y = y + module.get_variable("cache", f"{name}_bias")
-  return y
 
 
 class MultiHeadAttention(nn.Module):

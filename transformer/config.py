@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 Scale = Union[str, float]
 
-# Allowed string values of each mode field; floats are allowed where noted in _FLOAT_OK.
+# Allowed string values of each mode field; the SCALE_FIELDS also take a positive number.
 MODES: dict[str, tuple[str, ...]] = {
     "embed_scale": ("sqrt_d", "none"),
     "embed_scale_target": ("token", "sum"),
@@ -33,7 +33,20 @@ MODES: dict[str, tuple[str, ...]] = {
     "remat": ("none", "full", "dots"),
     "attention_impl": ("einsum", "xla", "cudnn"),
 }
-_FLOAT_OK = ("embed_scale", "embed_init_std", "logits_scale", "attention_scale")
+SCALE_FIELDS = ("embed_scale", "embed_init_std", "logits_scale", "attention_scale")
+
+
+def parse_scale(value: Any) -> Any:
+  """A scale field's value from text: '2.5' -> 2.5, 'sqrt_d' -> 'sqrt_d', numbers as they are.
+
+  Config files and command lines carry scale fields as strings (a mode or a number).
+  """
+  if isinstance(value, str):
+    try:
+      return float(value)
+    except ValueError:
+      return value
+  return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,12 +129,12 @@ class ModelConfig:
     """Raises ValueError naming the field and its allowed values for any bad combination."""
     for name, allowed in MODES.items():
       value = getattr(self, name)
-      if name in _FLOAT_OK and isinstance(value, (int, float)) and not isinstance(value, bool):
+      if name in SCALE_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value) or value <= 0:
           raise ValueError(f"ModelConfig.{name}={value!r}: a numeric value must be a finite number > 0.")
         continue
       if value not in allowed:
-        extra = " or a positive float" if name in _FLOAT_OK else ""
+        extra = " or a positive float" if name in SCALE_FIELDS else ""
         raise ValueError(f"ModelConfig.{name}={value!r} is not one of {list(allowed)}{extra}.")
     positive = ("vocab_size", "d_model", "num_heads", "d_ff", "max_len")
     for name in positive:

@@ -1,4 +1,4 @@
-"""Scale diagnostics (issue 6): what the paper's scale factors do to the activations.
+"""Scale diagnostics: what the paper's scale factors do to the activations.
 
 `scale_diagnostics(model, params, batch)` runs the model once (deterministic) with
 mutable=['intermediates'], collects what the modules sow (the input embedding terms, q and k
@@ -17,13 +17,15 @@ Names (stack = 'encoder' | 'decoder', kind = 'self_attention' | 'cross_attention
                                                   scale and soft cap), qk_var_over_dk,
                                                   entropy (nats)
   output/log_z, output/max_logit                  mean over valid positions
-All statistics are over valid positions only (token id > 0; attention: mask True).
+All statistics are over valid positions only (token id not PAD_ID; attention: mask True).
+`parse_name` splits a name into its parts.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Optional
+import re
+from typing import Any, Mapping, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
@@ -31,9 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.attention import attention_logits
-from transformer.models import DecoderOnly, shift_right
-from transformer.training import losses
-from transformer.training import steps
+from transformer.models import DecoderOnly, apply_model, shift_right
+from transformer.token_ids import PAD_ID
 
 Batch = Mapping[str, jax.Array]
 NUM_BUCKETS = 4  # token-frequency buckets: quartiles of the frequency rank
@@ -158,20 +159,20 @@ def scale_diagnostics(model: nn.Module, params: Any, batch: Batch,
   ratios. Deterministic (no dropout); jitted, model static.
   """
   cfg = model.config
-  logits, state = steps.apply_model(model, params, batch, mutable=["intermediates"])
+  logits, state = apply_model(model, params, batch, mutable=["intermediates"])
   inter = state["intermediates"]
   targets = batch["targets"]
-  target_valid = targets > 0
+  target_valid = targets != PAD_ID
   decoder_tokens = shift_right(targets, batch.get("targets_segmentation"))
   buckets = None if token_frequency is None else frequency_buckets(token_frequency)
   out = {}
   if not isinstance(model, DecoderOnly):
     inputs = batch["inputs"]
-    out.update(_stack_diagnostics("encoder", inter["encoder"], inputs, inputs > 0, buckets,
+    out.update(_stack_diagnostics("encoder", inter["encoder"], inputs, inputs != PAD_ID, buckets,
                                   cfg.attn_logit_softcap))
   out.update(_stack_diagnostics("decoder", inter["decoder"], decoder_tokens, target_valid,
                                 buckets, cfg.attn_logit_softcap))
-  log_z = losses.cross_entropy(logits, targets).log_z  # float32[B, L]
+  log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)  # float32[B, L]
   out["output/log_z"] = _masked_mean(log_z, target_valid, (0, 1))
   max_logit = jnp.max(logits.astype(jnp.float32), axis=-1)
   out["output/max_logit"] = _masked_mean(max_logit, target_valid, (0, 1))
@@ -222,34 +223,15 @@ def update_diagnostics(old_params: Any, new_params: Any, grads: Any) -> dict[str
   return out
 
 
-def make_training_diagnostics(model: nn.Module, *, label_smoothing: float = 0.0,
-                              z_loss: float = 0.0):
-  """For the training loop: fn(old_params, new_params, batch, rng, step) -> {name: float}.
-
-  old_params/new_params: before/after the update of `step` (0-based) on `batch`. The gradients
-  are recomputed at old_params with the train step's dropout key fold_in(rng, step) (the loss
-  is `steps.loss_sums` over the token count, as the step's); with grad_accum_steps > 1 the
-  dropout keys differ from the step's. Called every `diagnostics_every_steps` only.
-  token_frequency: float[V] token counts (of the training data so far), for the per-bucket
-  embedding ratios.
-  """
-
-  @jax.jit
-  def grads_fn(params, batch, rng):
-    def loss(p):
-      out = steps.loss_sums(model, p, batch, deterministic=False, rng=rng,
-                            label_smoothing=label_smoothing, z_loss=z_loss)
-      return out.loss_sum / jnp.maximum(out.weight_sum, 1.0)
-    return jax.grad(loss)(params)
-
-  def run(old_params, new_params, batch, rng, step: int,
-          token_frequency: Optional[Any] = None) -> dict[str, float]:
-    values = dict(scale_diagnostics(model, new_params, batch, token_frequency))
-    grads = grads_fn(old_params, batch, jax.random.fold_in(rng, step))
-    values.update(update_diagnostics(old_params, new_params, grads))
-    return to_floats(values)
-
-  return run
+def training_diagnostics(model: nn.Module, old_params: Any, new_params: Any, grads: Any,
+                         batch: Batch,
+                         token_frequency: Optional[Any] = None) -> dict[str, float]:
+  """What training logs every `diagnostics_every_steps`: `scale_diagnostics` of new_params on
+  `batch` and `update_diagnostics` of the update old_params -> new_params made with `grads`
+  (the training side computes them: `training.steps.Steps.grads`), as host floats."""
+  values = dict(scale_diagnostics(model, new_params, batch, token_frequency))
+  values.update(update_diagnostics(old_params, new_params, grads))
+  return to_floats(values)
 
 
 def to_floats(values: Mapping[str, jax.Array]) -> dict[str, float]:
@@ -268,7 +250,7 @@ class TokenCounts:
     for key in ("inputs", "targets"):
       if key in batch:
         ids = np.asarray(batch[key]).ravel()
-        ids = ids[(ids > 0) & (ids < self.counts.shape[0])]
+        ids = ids[(ids != PAD_ID) & (ids >= 0) & (ids < self.counts.shape[0])]
         self.counts += np.bincount(ids, minlength=self.counts.shape[0])
 
   def frequency(self) -> np.ndarray:
@@ -283,3 +265,38 @@ def mean_over_batches(results: list[Mapping[str, Any]]) -> dict[str, float]:
   with np.errstate(all="ignore"):
     return {k: float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
             for k, v in stacked.items()}
+
+
+class DiagnosticName(NamedTuple):
+  """The parts of a diagnostic's name; None where the name has no such part."""
+  group: str  # 'embed', 'residual', 'attention', 'output', 'grad_norm' or 'update_ratio'
+  stat: str  # 'ratio', 'residual_rms', 'entropy', 'log_z', or a parameter group's name
+  stack: Optional[str] = None  # 'encoder' or 'decoder'
+  layer: Optional[int] = None
+  attention: Optional[str] = None  # 'self_attention' or 'cross_attention'
+  head: Optional[int] = None
+  bucket: Optional[int] = None  # token-frequency bucket of an embed statistic
+
+
+_STACK_NAME = re.compile(
+    r"(?P<stack>encoder|decoder)/(?:embed/(?:bucket_(?P<bucket>\d+)/)?(?P<embed>\w+)"
+    r"|layer_(?P<layer>\d+)/(?:(?P<attention>self_attention|cross_attention)/head_(?P<head>\d+)/"
+    r"(?P<attn_stat>\w+)|(?P<layer_stat>residual_rms)))")
+
+
+def parse_name(name: str) -> DiagnosticName:
+  """'decoder/layer_1/self_attention/head_2/entropy' -> DiagnosticName('attention', 'entropy',
+  'decoder', 1, 'self_attention', 2); raises ValueError for a name this module does not make."""
+  group, _, rest = name.partition("/")
+  if group in ("output", "grad_norm", "update_ratio") and rest:
+    return DiagnosticName(group, rest)
+  m = _STACK_NAME.fullmatch(name)
+  if m is None:
+    raise ValueError(f"{name!r} is not a diagnostics name (see transformer.diagnostics).")
+  as_int = lambda k: None if m[k] is None else int(m[k])  # noqa: E731
+  if m["embed"]:
+    return DiagnosticName("embed", m["embed"], m["stack"], bucket=as_int("bucket"))
+  if m["attention"]:
+    return DiagnosticName("attention", m["attn_stat"], m["stack"], as_int("layer"),
+                          m["attention"], as_int("head"))
+  return DiagnosticName("residual", m["layer_stat"], m["stack"], as_int("layer"))

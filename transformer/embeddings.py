@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from transformer import positional
-from transformer.attention import step_matmul, store_step_kernel
 from transformer.config import ModelConfig, resolve_scale
+from transformer.decode_cache import step_matmul, store_step_kernel
+from transformer.norms import make_norm
 
 
 def embed_scale_value(config: ModelConfig) -> float:
@@ -33,13 +34,6 @@ def embed_init_std_value(config: ModelConfig) -> float:
 def logits_scale_value(config: ModelConfig) -> float:
   """The multiplier of the pre-softmax logits (1 for the paper, d^-0.5 for Flax/T5, 1/d for muP)."""
   return resolve_scale(config.logits_scale, config.d_model, "logits_scale")
-
-
-def make_norm(config: ModelConfig, name: Optional[str] = None) -> nn.Module:
-  """The block norm of the config (LayerNorm as the paper, or RMSNorm)."""
-  cls = nn.LayerNorm if config.norm == "layernorm" else nn.RMSNorm
-  return cls(epsilon=config.norm_epsilon, dtype=config.compute_dtype,
-             param_dtype=config.params_dtype, name=name)
 
 
 class TokenEmbedding(nn.Module):
@@ -104,7 +98,7 @@ class OutputLogits(nn.Module):
   @nn.compact
   def __call__(self, h: jax.Array, *, decode: bool = False) -> jax.Array:
     """h float[B, L, d] -> logits float[B, L, vocab]. decode=True: tied logits of a decoding
-    step read E^T [d, vocab], copied when the cache was created (`attention.step_matmul`)."""
+    step read E^T [d, vocab], copied when the cache was created (`decode_cache.step_matmul`)."""
     cfg = self.config
     if decode and self.has_variable("cache", "logits_kernel"):  # a decoding step
       logits = step_matmul(self, "logits", h)

@@ -13,7 +13,7 @@ import jax
 
 from transformer.attention import MultiHeadAttention
 from transformer.config import ModelConfig
-from transformer.embeddings import make_norm
+from transformer.norms import make_norm
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu, "geglu": nn.gelu, "swiglu": nn.silu,

@@ -8,7 +8,7 @@ Packed batches pass `*_segmentation` (segment id per token, 0 = pad) and `*_posi
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax
@@ -17,12 +17,14 @@ import jax.numpy as jnp
 from transformer import positional
 from transformer.attention import make_attention_mask
 from transformer.config import ModelConfig
-from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding, make_norm
+from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding
 from transformer.layers import BlockStack
+from transformer.norms import make_norm
+from transformer.token_ids import PAD_ID
 
 
 def shift_right(tokens: jax.Array, segmentation: Optional[jax.Array] = None) -> jax.Array:
-  """Decoder input: int[B, L] -> int[B, L] with 0 (start) first; in packed rows 0 starts each segment."""
+  """Decoder input: int[B, L] -> int[B, L] with PAD_ID (start) first, and at each segment start."""
   shifted = jnp.pad(tokens, ((0, 0), (1, 0)))[:, :-1]
   if segmentation is not None:
     shifted = shifted * (segmentation == jnp.pad(segmentation, ((0, 0), (1, 0)))[:, :-1])
@@ -43,7 +45,7 @@ class Encoder(nn.Module):
     positions = positional.default_positions(inputs) if positions is None else positions
     x = InputEmbedding(cfg, self.token_embedding, name="input_embedding")(
         inputs, positions, deterministic=deterministic)
-    valid = inputs > 0
+    valid = inputs != PAD_ID
     mask = make_attention_mask(valid, valid, q_segmentation=segmentation,
                                kv_segmentation=segmentation)
     x = BlockStack(cfg, cfg.num_encoder_layers, name="blocks")(
@@ -129,11 +131,11 @@ class Transformer(nn.Module):
       q_valid, q_segmentation = jnp.ones(targets.shape, bool), None
     else:
       decoder_inputs = shift_right(targets, targets_segmentation)
-      q_valid, q_segmentation = targets > 0, targets_segmentation
+      q_valid, q_segmentation = targets != PAD_ID, targets_segmentation
       self_mask = make_attention_mask(q_valid, q_valid, causal=True,
                                       q_segmentation=q_segmentation,
                                       kv_segmentation=q_segmentation)
-    cross_mask = make_attention_mask(q_valid, inputs > 0, q_segmentation=q_segmentation,
+    cross_mask = make_attention_mask(q_valid, inputs != PAD_ID, q_segmentation=q_segmentation,
                                      kv_segmentation=inputs_segmentation)
     h = self.decoder(decoder_inputs, self_mask, targets_position, encoded, cross_mask,
                      deterministic=deterministic, decode=decode)
@@ -180,7 +182,7 @@ class DecoderOnly(nn.Module):
       decoder_inputs, mask = tokens, None
     else:
       decoder_inputs = shift_right(tokens, segmentation)
-      valid = tokens > 0
+      valid = tokens != PAD_ID
       mask = make_attention_mask(valid, valid, causal=True, q_segmentation=segmentation,
                                  kv_segmentation=segmentation)
     h = self.decoder(decoder_inputs, mask, position, deterministic=deterministic, decode=decode)
@@ -209,3 +211,35 @@ def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
     _, variables = model.apply({"params": params}, encoded, inputs, targets, decode=True,
                                mutable=["cache"], method=Transformer.decode)
   return variables["cache"]
+
+
+def apply_model(model: nn.Module, params: Any, batch: Mapping[str, jax.Array], *,
+                deterministic: bool = True, rng: Optional[jax.Array] = None,
+                **kwargs: Any) -> Any:
+  """The model's logits float[B, L, V] for a batch dict of int[B, L] arrays ('inputs' for a
+  Transformer, 'targets', and the packed keys '*_segmentation', '*_position' when present).
+
+  kwargs go to `apply` (e.g. mutable=[...], return_hidden=True); rng is the dropout key.
+  """
+  rngs = None if rng is None else {"dropout": rng}
+  if isinstance(model, DecoderOnly):
+    return model.apply({"params": params}, batch["targets"],
+                       segmentation=batch.get("targets_segmentation"),
+                       position=batch.get("targets_position"), deterministic=deterministic,
+                       rngs=rngs, **kwargs)
+  return model.apply({"params": params}, batch["inputs"], batch["targets"],
+                     inputs_segmentation=batch.get("inputs_segmentation"),
+                     targets_segmentation=batch.get("targets_segmentation"),
+                     inputs_position=batch.get("inputs_position"),
+                     targets_position=batch.get("targets_position"),
+                     deterministic=deterministic, rngs=rngs, **kwargs)
+
+
+MODEL_TYPES = ("seq2seq", "lm")  # an experiment's model_type: Transformer or DecoderOnly
+
+
+def model_for(model_type: str, config: ModelConfig) -> nn.Module:
+  """Transformer(config) for model_type 'seq2seq', DecoderOnly(config) for 'lm'."""
+  if model_type not in MODEL_TYPES:
+    raise ValueError(f"model_type={model_type!r} is not one of {list(MODEL_TYPES)}.")
+  return DecoderOnly(config) if model_type == "lm" else Transformer(config)

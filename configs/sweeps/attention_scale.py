@@ -6,7 +6,7 @@ logged every 50 steps; collapse shows as entropy falling toward 0.
   python scripts/sweep.py --config=configs/sweeps/attention_scale.py --workdir=/tmp/sweeps/attention_scale
 """
 
-from transformer.sweeps import Sweep
+from transformer.research.sweeps import Sweep
 
 HEADS = "decoder/layer_*/self_attention/head_*"
 

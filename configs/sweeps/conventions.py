@@ -5,7 +5,7 @@ update ||dE|| / ||E|| of the embedding is logged every 50 steps (experiment 7).
   python scripts/sweep.py --config=configs/sweeps/conventions.py --workdir=/tmp/sweeps/conventions
 """
 
-from transformer.sweeps import Sweep
+from transformer.research.sweeps import Sweep
 
 
 def get_sweep() -> Sweep:

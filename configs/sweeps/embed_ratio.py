@@ -1,6 +1,6 @@
 """Experiment 1: the norm ratio ||s E[tok]|| / ||PE[pos]|| at init and through training.
 
-Questions 1 and 4 of RESEARCH.md: what sqrt(d_model) does to the balance of token and position
+Questions 1 and 4 of docs/findings.md: what sqrt(d_model) does to the balance of token and position
 signal, and what scaling after the positional encoding is added would do instead. The ratio is
 logged every 50 steps, overall and by token-frequency quartile (bucket_0 = most frequent).
 The first layer's q.k statistics show what the embedding scale does to the attention after
@@ -8,7 +8,7 @@ the 1/sqrt(d_k) (question 3).
   python scripts/sweep.py --config=configs/sweeps/embed_ratio.py --workdir=/tmp/sweeps/embed_ratio
 """
 
-from transformer.sweeps import Sweep
+from transformer.research.sweeps import Sweep
 
 EMBED = "decoder/embed"
 LAYER0 = "decoder/layer_0/self_attention/head_*"  # the first attention, averaged over heads

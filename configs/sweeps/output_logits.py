@@ -4,7 +4,7 @@ z-loss 1e-4 (PaLM; Wortsman et al. 2023).
   python scripts/sweep.py --config=configs/sweeps/output_logits.py --workdir=/tmp/sweeps/output_logits
 """
 
-from transformer.sweeps import Sweep
+from transformer.research.sweeps import Sweep
 
 
 def get_sweep() -> Sweep:

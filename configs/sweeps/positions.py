@@ -5,7 +5,7 @@ positions past 64 never trained), RoPE, none (causal attention alone).
   python scripts/sweep.py --config=configs/sweeps/positions.py --workdir=/tmp/sweeps/positions
 """
 
-from transformer.sweeps import Sweep
+from transformer.research.sweeps import Sweep
 
 
 def get_sweep() -> Sweep:

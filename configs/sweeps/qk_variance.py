@@ -5,7 +5,7 @@ d_model 64 and 4 heads throughout; head_dim sets d_k.
   python scripts/sweep.py --config=configs/sweeps/qk_variance.py --workdir=/tmp/sweeps/qk_variance
 """
 
-from transformer.sweeps import Sweep
+from transformer.research.sweeps import Sweep
 
 HEADS = "decoder/layer_*/self_attention/head_*"
 

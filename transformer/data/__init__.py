@@ -1,12 +1,12 @@
 """Data: TFDS builders (synthetic tasks, local text), tokenizers, packing, grain pipelines.
 
-Token ids: pad=0, eos=1, unk=2.
+Token ids: `transformer.token_ids` (pad 0, eos 1, unk 2).
 """
 
 from transformer.data.packing import PACKING_MODES, PackedBatches, PadBatch
 from transformer.data.pipeline import (SOURCES, Datasets, Sources, get_datasets,
                                        measure_throughput)
-from transformer.data.synthetic import (EOS, PAD, TASKS, UNK, build_synthetic, to_text,
+from transformer.data.synthetic import (TASKS, build_synthetic, to_text,
                                         vocab_size_for)
 from transformer.data.text import STANDARD, TokenizedSource, build_local
 from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
@@ -14,7 +14,7 @@ from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
                                         train_sentencepiece)
 
 __all__ = ["PACKING_MODES", "PackedBatches", "PadBatch", "SOURCES", "Datasets", "Sources",
-           "get_datasets", "measure_throughput", "EOS", "PAD", "TASKS", "UNK", "build_synthetic",
+           "get_datasets", "measure_throughput", "TASKS", "build_synthetic",
            "to_text", "vocab_size_for", "STANDARD", "TokenizedSource", "build_local",
            "ByteTokenizer", "SentencePieceTokenizer", "SyntheticTokenizer", "Tokenizer",
            "load_tokenizer", "train_sentencepiece"]

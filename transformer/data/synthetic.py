@@ -33,13 +33,16 @@ from typing import Iterator, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-PAD, EOS, UNK = 0, 1, 2
-NUM_RESERVED = 3
+from transformer.token_ids import EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
+
 TASKS = ("copy", "reverse", "sort", "addition")
+# The one home of the synthetic tasks' defaults (the experiment config's `synthetic` fields).
+DEFAULTS = dict(task="reverse", vocab_size=32, min_len=4, max_len=16, digits=3, num_train=20000,
+                num_eval=1000, seed=0)
 _PLUS = NUM_RESERVED + 10  # '+' after the ten digits
 _ADDITION_VOCAB = _PLUS + 1
 _MAX_DRAWS = 1000  # redraws per example before the space is declared exhausted
-_LETTERS = string.ascii_lowercase + string.ascii_uppercase
+LETTERS = string.ascii_lowercase + string.ascii_uppercase
 
 
 def vocab_size_for(task: str, vocab_size: int) -> int:
@@ -56,18 +59,18 @@ def to_text(ids: Sequence[int] | np.ndarray, task: str) -> str:
   """
   out: list[str] = []
   for i in np.asarray(ids).reshape(-1).tolist():
-    if i == EOS:
+    if i == EOS_ID:
       break
-    if i == PAD:
+    if i == PAD_ID:
       continue
-    if i == UNK:
+    if i == UNK_ID:
       out.append("<unk>")
     elif task == "addition":
       out.append(str(i - NUM_RESERVED) if NUM_RESERVED <= i < _PLUS else "+" if i == _PLUS
                  else f"<{i}>")
     elif i >= NUM_RESERVED:
       k = i - NUM_RESERVED
-      out.append(_LETTERS[k] if k < len(_LETTERS) else f"#{k}")
+      out.append(LETTERS[k] if k < len(LETTERS) else f"#{k}")
     else:
       out.append(f"<{i}>")
   return "".join(out) if task == "addition" else " ".join(out)
@@ -81,19 +84,20 @@ def _check_task(task: str) -> None:
 @dataclasses.dataclass(eq=False)
 class SyntheticConfig(tfds.core.BuilderConfig):
   """One synthetic dataset; build with `SyntheticConfig.make` so the name encodes every field."""
-  task: str = "copy"
-  vocab_size: int = 32
-  min_len: int = 4
-  max_len: int = 16
-  digits: int = 3
-  num_train: int = 10000
-  num_eval: int = 500
-  seed: int = 0
+  task: str = DEFAULTS["task"]
+  vocab_size: int = DEFAULTS["vocab_size"]
+  min_len: int = DEFAULTS["min_len"]
+  max_len: int = DEFAULTS["max_len"]
+  digits: int = DEFAULTS["digits"]
+  num_train: int = DEFAULTS["num_train"]
+  num_eval: int = DEFAULTS["num_eval"]
+  seed: int = DEFAULTS["seed"]
 
   @classmethod
-  def make(cls, *, task: str, vocab_size: int = 32, min_len: int = 4, max_len: int = 16,
-           digits: int = 3, num_train: int = 10000, num_eval: int = 500,
-           seed: int = 0) -> "SyntheticConfig":
+  def make(cls, *, task: str, vocab_size: int = DEFAULTS["vocab_size"],
+           min_len: int = DEFAULTS["min_len"], max_len: int = DEFAULTS["max_len"],
+           digits: int = DEFAULTS["digits"], num_train: int = DEFAULTS["num_train"],
+           num_eval: int = DEFAULTS["num_eval"], seed: int = DEFAULTS["seed"]) -> "SyntheticConfig":
     _check_task(task)
     for field, value, low in (("vocab_size", vocab_size, 1), ("min_len", min_len, 1),
                               ("digits", digits, 1), ("num_train", num_train, 1),
@@ -151,7 +155,7 @@ def generate(cfg: SyntheticConfig) -> dict[str, list[dict[str, np.ndarray]]]:
         f"num_eval={cfg.num_eval} held-out inputs kept out of train; lower num_eval or widen "
         "the task (vocab_size, max_len, digits).")
   rng = np.random.default_rng(cfg.seed)
-  eos = np.array([EOS], np.int32)
+  eos = np.array([EOS_ID], np.int32)
   held_out: set[bytes] = set()  # input bytes identify the input (int32, so length too)
 
   def sample(n: int, is_eval: bool) -> list[dict[str, np.ndarray]]:
@@ -197,10 +201,11 @@ class SyntheticSeq2Seq(tfds.core.GeneratorBasedBuilder):
     yield from enumerate(examples)
 
 
-def build_synthetic(data_dir: str | os.PathLike | None, *, task: str, vocab_size: int = 32,
-                    min_len: int = 4, max_len: int = 16, digits: int = 3,
-                    num_train: int = 10000, num_eval: int = 500,
-                    seed: int = 0) -> SyntheticSeq2Seq:
+def build_synthetic(data_dir: str | os.PathLike | None, *, task: str,
+                    vocab_size: int = DEFAULTS["vocab_size"], min_len: int = DEFAULTS["min_len"],
+                    max_len: int = DEFAULTS["max_len"], digits: int = DEFAULTS["digits"],
+                    num_train: int = DEFAULTS["num_train"], num_eval: int = DEFAULTS["num_eval"],
+                    seed: int = DEFAULTS["seed"]) -> SyntheticSeq2Seq:
   """The prepared builder for these parameters (generated once, reused from data_dir after).
 
   data_dir None = TFDS's default (~/tensorflow_datasets unless TFDS_DATA_DIR is set).

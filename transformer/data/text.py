@@ -37,7 +37,8 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 from transformer.data.packing import read_examples
-from transformer.data.tokenizer import EOS, Tokenizer
+from transformer.data.tokenizer import Tokenizer
+from transformer.token_ids import EOS_ID
 
 LOCAL = ("text_files", "parallel_text")
 TEXT_SPLITS = ("paragraph", "line")
@@ -434,5 +435,5 @@ class TokenizedSource:
     for key, field in self.fields.items():
       ids = self.tokenizer.encode_batch([_as_str(ex[field]) for ex in raw])
       for o, seq in zip(out, ids):
-        o[key] = np.array(list(seq) + [EOS], np.int32)
+        o[key] = np.array(list(seq) + [EOS_ID], np.int32)
     return out

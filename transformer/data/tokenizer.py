@@ -26,8 +26,8 @@ from absl import logging
 from etils import epath
 
 from transformer.data import synthetic
+from transformer.token_ids import EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
-PAD, EOS, UNK = synthetic.PAD, synthetic.EOS, synthetic.UNK
 SPM_FILE = "tokenizer.model"
 JSON_FILE = "tokenizer.json"
 KINDS = ("sentencepiece", "bytes")
@@ -35,7 +35,7 @@ KINDS = ("sentencepiece", "bytes")
 
 class Tokenizer(abc.ABC):
   """str <-> ids with pad 0, eos 1, unk 2; `vocab_size` counts the reserved ids."""
-  pad_id, eos_id, unk_id = PAD, EOS, UNK
+  pad_id, eos_id, unk_id = PAD_ID, EOS_ID, UNK_ID
   file_name: str = JSON_FILE  # the name `save` writes inside a directory
 
   @property
@@ -62,9 +62,9 @@ class Tokenizer(abc.ABC):
     """Text of one id sequence [length]: stops at the first EOS, skips PAD."""
     out = []
     for i in np.asarray(ids).reshape(-1).tolist():
-      if i == EOS:
+      if i == EOS_ID:
         break
-      if i != PAD:
+      if i != PAD_ID:
         out.append(int(i))
     return self._decode(out)
 
@@ -113,15 +113,15 @@ class SyntheticTokenizer(Tokenizer):
 
   def encode(self, text: str) -> list[int]:
     """'12+9' (addition) or 'a b #60' (other tasks) -> ids; unknown symbols -> UNK."""
-    n = synthetic.NUM_RESERVED
+    n = NUM_RESERVED
     if self.task == "addition":
-      return [n + int(c) if c.isdigit() else n + 10 if c == "+" else UNK
+      return [n + int(c) if c.isdigit() else n + 10 if c == "+" else UNK_ID
               for c in text if not c.isspace()]
     ids = []
     for tok in text.split():
-      k = (synthetic._LETTERS.find(tok) if len(tok) == 1 else
+      k = (synthetic.LETTERS.find(tok) if len(tok) == 1 else
            int(tok[1:]) if tok[:1] == "#" and tok[1:].isdigit() else -1)
-      ids.append(n + k if 0 <= k < self.symbols else UNK)
+      ids.append(n + k if 0 <= k < self.symbols else UNK_ID)
     return ids
 
   def _decode(self, ids: list[int]) -> str:
@@ -141,7 +141,7 @@ class SentencePieceTokenizer(Tokenizer):
     self._proto = model_proto
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
     got = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
-    if got != (PAD, EOS, UNK):
+    if got != (PAD_ID, EOS_ID, UNK_ID):
       raise ValueError(f"SentencePiece model {origin} has pad/eos/unk ids {got}, not (0, 1, 2); "
                        "train it with pad_id=0 eos_id=1 unk_id=2 bos_id=-1, or let the "
                        "pipeline train one (remove tokenizer.path).")
@@ -180,7 +180,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, *, model_type: st
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=writer, vocab_size=vocab_size,
         model_type=model_type, character_coverage=character_coverage,
-        pad_id=PAD, eos_id=EOS, unk_id=UNK, bos_id=-1, byte_fallback=True,
+        pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1, byte_fallback=True,
         # Exact round trip: no Unicode normalisation, no whitespace folding.
         normalization_rule_name="identity", remove_extra_whitespaces=False,
         max_sentence_length=1 << 16, input_sentence_size=0, minloglevel=2,

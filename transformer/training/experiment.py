@@ -8,21 +8,25 @@ override. `config.model` holds a recipe name plus an override slot for every Mod
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
+import types
 import typing
 from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
 
-from transformer.config import ModelConfig, _FLOAT_OK
+from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
+from transformer.data import synthetic
+from transformer.models import MODEL_TYPES, model_for
 from transformer.training.optimizers import default_optimizer_fields
 
-MODEL_TYPES = ("seq2seq", "lm")
 
 
 def _placeholder_type(field: dataclasses.Field) -> type:
   hint = typing.get_type_hints(ModelConfig)[field.name]
-  if field.name in _FLOAT_OK:
+  if field.name in SCALE_FIELDS:
     return str  # 'sqrt_d' or '2.5': numbers are parsed in model_config()
   for t in (bool, int, float, str):
     if hint is t or t in typing.get_args(hint):
@@ -39,19 +43,17 @@ def model_fields(recipe: str = "vaswani2017", **overrides: Any) -> ml_collection
   for k, v in overrides.items():
     if k not in model:
       raise ValueError(f"ModelConfig has no field {k!r}.")
-    model[k] = str(v) if k in _FLOAT_OK else v
+    model[k] = str(v) if k in SCALE_FIELDS else v
   return model
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Defaults shared by every experiment config (DESIGN's field names)."""
+  """Defaults shared by every experiment config; configs/*.py override them."""
   c = ml_collections.ConfigDict()
   c.model_type = "seq2seq"  # 'seq2seq' (Transformer) or 'lm' (DecoderOnly)
   c.model = model_fields()
   c.dataset = "synthetic"
-  c.synthetic = ml_collections.ConfigDict(dict(
-      task="reverse", vocab_size=32, min_len=4, max_len=16, digits=3, num_train=20000,
-      num_eval=1000, seed=0))
+  c.synthetic = ml_collections.ConfigDict(synthetic.DEFAULTS)
   c.tfds_data_dir = config_dict.placeholder(str)  # None: ~/tensorflow_datasets
   # Text datasets (transformer/data/text.py): text_files, parallel_text, or a TFDS name.
   c.data_files = config_dict.placeholder(str)  # files, globs, dirs; comma-separated
@@ -89,20 +91,11 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _parse_scale(name: str, value: Any) -> Any:
-  if isinstance(value, str):
-    try:
-      return float(value)
-    except ValueError:
-      return value
-  return value
-
-
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
   """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
   if config.model_type not in MODEL_TYPES:
     raise ValueError(f"model_type={config.model_type!r} is not one of {list(MODEL_TYPES)}.")
-  fields = {k: _parse_scale(k, v) for k, v in config.model.items()
+  fields = {k: parse_scale(v) for k, v in config.model.items()
             if k != "recipe" and v is not None}
   fields.setdefault("vocab_size", vocab_size)
   fields.setdefault("max_len", config.max_len)
@@ -112,14 +105,21 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelCon
   return ModelConfig.from_recipe(config.model.recipe, **fields)
 
 
-def load_config(path: str) -> ml_collections.ConfigDict:
-  """get_config() of a config file (as --config=PATH does), for tests, sweeps and notebooks."""
-  import importlib.util
-  import os
-
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"Config file {path} does not exist; pass a path like configs/default.py.")
+def load_module(path: str) -> types.ModuleType:
+  """The Python file `path` run as a module (configs and sweep files are code)."""
   spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config()
+  return module
+
+
+def load_config(path: str) -> ml_collections.ConfigDict:
+  """get_config() of a config file (as --config=PATH does), for tests, sweeps and notebooks."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"Config file {path} does not exist; pass a path like configs/default.py.")
+  return load_module(path).get_config()
+
+
+def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig) -> Any:
+  """The experiment's model: a Transformer (model_type 'seq2seq') or a DecoderOnly ('lm')."""
+  return model_for(config.model_type, model_config)

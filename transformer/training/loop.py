@@ -22,21 +22,16 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from transformer import checkpoint, diagnostics, evaluation
+from transformer import checkpoint, diagnostics
 from transformer.config import ModelConfig
 from transformer.data import pipeline
-from transformer.models import DecoderOnly, Transformer
-from transformer.training import experiment, optimizers, sharding, steps
+from transformer.training import evaluate, experiment, sharding, steps
 from transformer.training.losses import LossOutput, summarize
 from transformer.training.writers import MetricWriter
 
 
 class TrainingError(RuntimeError):
   """A failure the user can act on; its message is one sentence with the fix."""
-
-
-def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig):
-  return DecoderOnly(model_config) if config.model_type == "lm" else Transformer(model_config)
 
 
 def _check_workdir(workdir: str) -> None:
@@ -101,15 +96,6 @@ def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.D
   return datasets
 
 
-def evaluate(eval_step, params, datasets: pipeline.Datasets, mesh) -> dict[str, float]:
-  """Loss, perplexity and accuracy over the whole eval split (each example exactly once)."""
-  total = None
-  for batch in datasets.eval_batches():
-    out = eval_step(params, sharding.global_batch(batch, mesh))
-    total = out if total is None else jax.tree_util.tree_map(jnp.add, total, out)
-  return {k: float(v) for k, v in sharding.to_host(summarize(total)).items()}
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final metrics.
@@ -131,14 +117,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if config.bleu_every_steps and config.model_type != "seq2seq":
     raise TrainingError(f"bleu_every_steps={config.bleu_every_steps} needs model_type='seq2seq' "
                         "(BLEU scores translations); set --config.bleu_every_steps=0.")
-  model = build_model(config, model_config)
-  tx = optimizers.make_optimizer(config)
-  lr_fn = optimizers.learning_rate_fn(config)
+  model = experiment.build_model(config, model_config)
+  built = steps.build_steps(config, model, mesh)
   init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
-  repl, data_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
   shape_batch = {k: jnp.ones((1, config.max_len), jnp.int32) for k in datasets.input_key_names}
-  state = jax.jit(functools.partial(steps.init_state, model, tx), out_shardings=repl)(
-      init_rng, shape_batch)
+  state = jax.jit(functools.partial(steps.init_state, model, built.optimizer),
+                  out_shardings=sharding.replicated(mesh))(init_rng, shape_batch)
 
   ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints,
                                  async_save=config.async_checkpoints)
@@ -159,18 +143,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     checkpoint.write_config(workdir, resolved)
   writer = MetricWriter(workdir, enabled=primary, resume_step=start_step)
 
-  train_step = jax.jit(
-      steps.make_train_step(model, tx, lr_fn, label_smoothing=config.label_smoothing,
-                            z_loss=config.z_loss, grad_accum_steps=config.grad_accum_steps,
-                            loss_chunk_size=config.loss_chunk_size),
-      in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl), donate_argnums=0)
-  eval_step = jax.jit(steps.make_eval_step(model, label_smoothing=config.label_smoothing,
-                                           z_loss=config.z_loss,
-                                           loss_chunk_size=config.loss_chunk_size),
-                      in_shardings=(repl, data_sharding), out_shardings=repl)
-
-  diagnose_fn = diagnostics.make_training_diagnostics(
-      model, label_smoothing=config.label_smoothing, z_loss=config.z_loss)
   counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
   sigterm = _install_sigterm_flag()
   num_steps = config.num_train_steps
@@ -186,7 +158,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     fetched = sharding.to_host(pending)
     pending = []
     for i, m in enumerate(fetched):
-      if not np.isfinite(m["loss"]):
+      if not np.isfinite(m["loss_sum"]):
         bad = step - len(fetched) + i + 1
         # The params of step bad-1 gave this loss: set aside every checkpoint from there on.
         for s in ckpt.all_steps():
@@ -199,13 +171,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             f"on were set aside as <step>.nonfinite and {resume}; lower learning_rate or set "
             "grad_clip_norm.")
     elapsed = time.perf_counter() - timer
-    weight = sum(float(m["weight_sum"]) for m in fetched)
-    summary = {k: float(np.sum([m[k] * m["weight_sum"] for m in fetched]) / max(weight, 1.0))
-               for k in ("loss", "nll", "accuracy", "z_loss")}
-    summary["perplexity"] = float(np.exp(summary["nll"]))
+    total = LossOutput(*(np.sum([m[k] for m in fetched], dtype=np.float64)
+                         for k in LossOutput._fields[:-1]))
+    summary = {k: float(v) for k, v in summarize(total).items() if k != "weight_sum"}
     for k in ("learning_rate", "grad_norm", "param_norm"):
       summary[k] = float(fetched[-1][k])
-    summary["tokens_per_sec"] = weight / max(elapsed, 1e-9)
+    summary["tokens_per_sec"] = float(total.weight_sum) / max(elapsed, 1e-9)
     summary["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
     timer = time.perf_counter()
     return summary
@@ -224,10 +195,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
           writer.write(0, "diagnostics", diagnostics.to_floats(diagnostics.scale_diagnostics(
               model, state.params, batch, counts.frequency())))
       old_params = jax.tree_util.tree_map(jnp.copy, state.params) if diagnose else None  # donated
-      state, metrics = train_step(state, batch, train_rng)
-      if diagnose:
-        writer.write(step + 1, "diagnostics", diagnose_fn(old_params, state.params, batch,
-                                                          train_rng, step, counts.frequency()))
+      state, metrics = built.train(state, batch, train_rng)
+      if diagnose:  # gradients at old_params with the step's dropout key
+        grads = built.grads(old_params, batch, jax.random.fold_in(train_rng, step))
+        writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
+            model, old_params, state.params, grads, batch, counts.frequency()))
       pending.append(metrics)
       step += 1
       bar.update(1)
@@ -242,12 +214,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
           if jax.process_count() > 1:
             sigterm["stop"] = _all_processes_agree(sigterm["stop"])
       if step % config.eval_every_steps == 0 or is_last:
-        final["eval"] = evaluate(eval_step, state.params, datasets, mesh)
+        final["eval"] = steps.evaluate(built.eval, state.params, datasets.eval_batches(), mesh)
         writer.write(step, "eval", final["eval"])
         logging.info("step %d eval %s", step, final["eval"])
         timer = time.perf_counter()  # eval time is not training throughput
       if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
-        decoded = evaluation.decode_eval_split(model, state.params, datasets, mesh)
+        decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh)
         final["decode"] = decoded.metrics()
         examples = decoded.examples_markdown(config.num_decode_examples)
         writer.write(step, "decode", final["decode"])

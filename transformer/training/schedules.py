@@ -7,8 +7,6 @@ schedules reach 0 at s == total_steps + 1, one past the last of the total_steps 
 so no update is wasted with a zero rate.
 """
 
-import math
-
 import jax.numpy as jnp
 import optax
 
@@ -50,22 +48,19 @@ def make_schedule(
         f"The {name!r} schedule needs total_steps >= warmup_steps, got {total_steps} < "
         f"{warmup_steps}.")
   warmup = max(warmup_steps, 1)  # A warmup of 0 or 1 both give the peak at s = 1.
-  decay_steps = total_steps + 1 - warmup  # From the peak at s = warmup to 0 at total + 1.
-
-  def schedule(step):
-    s = jnp.asarray(step, jnp.float32) + 1.0
-    if name == "rsqrt":
+  if name == "rsqrt":  # optax has no inverse-square-root schedule of this form
+    def rsqrt(step):
+      s = jnp.asarray(step, jnp.float32) + 1.0
       return learning_rate * jnp.minimum(s / warmup, jnp.sqrt(warmup / s))
-    ramp = jnp.minimum(1.0, s / warmup)
-    # The fraction of the decay still ahead, 1 at the peak; counted down from the end so
-    # that it is exactly 0 there (1 - progress can round to 1e-7).
-    remaining = jnp.clip((total_steps + 1 - s) / decay_steps, 0.0, 1.0)
-    if name == "cosine":
-      decay = 0.5 * (1.0 - jnp.cos(math.pi * remaining))
-    elif name == "linear":
-      decay = remaining
-    else:
-      decay = 1.0
-    return learning_rate * ramp * decay
-
-  return schedule
+    return rsqrt
+  ramp = optax.linear_schedule(0.0, learning_rate, warmup)  # lr * s / warmup up to the peak
+  decay_steps = total_steps + 1 - warmup  # From the peak at s = warmup to 0 at total + 1.
+  if name == "cosine":
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup, total_steps + 1,
+                                                  end_value=0.0)
+  elif name == "linear":
+    schedule = optax.join_schedules(
+        [ramp, optax.linear_schedule(learning_rate, 0.0, decay_steps)], [warmup])
+  else:
+    schedule = optax.join_schedules([ramp, optax.constant_schedule(learning_rate)], [warmup])
+  return lambda step: schedule(jnp.asarray(step) + 1)  # optax counts s from 0, the paper from 1

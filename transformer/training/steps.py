@@ -1,5 +1,7 @@
-"""Pure train and eval steps: (state, batch, rng) -> (state, metrics), jit-compiled by the loop.
+"""Pure train and eval steps, and `build_steps`: the one place they are made from an experiment
+config, so that "loss" means the same thing in training, evaluation, sweeps and benchmarks.
 
+train_step(state, batch, rng) -> (state, metrics); eval_step(params, batch) -> LossOutput sums.
 The loss is `losses.cross_entropy` summed over the global batch and divided by its token count,
 so the gradient is the same on 1 device or 256 (XLA all-reduces the sums). Gradient
 accumulation splits the batch into micro-batches, sums their gradients, and makes one update:
@@ -8,35 +10,20 @@ exactly the update of the whole batch, in less memory.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
+from jax.sharding import Mesh
 
-from transformer.models import DecoderOnly
-from transformer.training import losses
+from transformer.models import DecoderOnly, apply_model
+from transformer.training import losses, optimizers, sharding
 from transformer.training.state import TrainState
 
 Batch = dict[str, jax.Array]
-
-
-def apply_model(model: nn.Module, params: Any, batch: Batch, *, deterministic: bool = True,
-                rng: Optional[jax.Array] = None, **kwargs: Any) -> jax.Array:
-  """The model's logits float[B, L, V] for a batch dict (packed keys passed when present)."""
-  rngs = None if rng is None else {"dropout": rng}
-  if isinstance(model, DecoderOnly):
-    return model.apply({"params": params}, batch["targets"],
-                       segmentation=batch.get("targets_segmentation"),
-                       position=batch.get("targets_position"), deterministic=deterministic,
-                       rngs=rngs, **kwargs)
-  return model.apply({"params": params}, batch["inputs"], batch["targets"],
-                     inputs_segmentation=batch.get("inputs_segmentation"),
-                     targets_segmentation=batch.get("targets_segmentation"),
-                     inputs_position=batch.get("inputs_position"),
-                     targets_position=batch.get("targets_position"),
-                     deterministic=deterministic, rngs=rngs, **kwargs)
 
 
 def init_state(model: nn.Module, tx: optax.GradientTransformation, rng: jax.Array,
@@ -94,7 +81,11 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     label_smoothing: float = 0.0, z_loss: float = 0.0,
                     grad_accum_steps: int = 1,
                     loss_chunk_size: int = 0) -> Callable[..., tuple[TrainState, dict]]:
-  """train_step(state, batch, rng) -> (state, metrics); the step's dropout key is fold_in(rng, step)."""
+  """train_step(state, batch, rng) -> (state, metrics); the step's dropout key is fold_in(rng, step).
+
+  metrics: the `losses.LossOutput` sums of the batch (loss_sum, nll_sum, z_loss_sum,
+  correct_sum, weight_sum) and grad_norm, param_norm, learning_rate (of this update).
+  """
   grad_fn = jax.value_and_grad(_sum_loss, argnums=1, has_aux=True)
 
   def train_step(state: TrainState, batch: Batch, rng: jax.Array):
@@ -123,7 +114,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     grads = jax.tree_util.tree_map(lambda g: g / denom, grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = losses.summarize(out)
+    # The loss sums (add them over steps, then `losses.summarize`) and the step's norms.
+    metrics = {k: v for k, v in out._asdict().items() if k != "log_z"}
     metrics.update(grad_norm=optax.tree.norm(grads), param_norm=optax.tree.norm(params),
                    learning_rate=learning_rate_fn(state.step))
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
@@ -140,3 +132,59 @@ def make_eval_step(model: nn.Module, *, label_smoothing: float = 0.0, z_loss: fl
                      chunk_size=loss_chunk_size)
 
   return eval_step
+
+
+def make_grads_fn(model: nn.Module, *, label_smoothing: float = 0.0,
+                  z_loss: float = 0.0) -> Callable[[Any, Batch, jax.Array], Any]:
+  """grads(params, batch, rng) -> gradient of the batch's mean loss, with dropout key `rng`
+  (the train step's gradient without accumulation; for the training diagnostics)."""
+
+  def grads(params: Any, batch: Batch, rng: jax.Array) -> Any:
+    def mean_loss(p):
+      out = loss_sums(model, p, batch, deterministic=False, rng=rng,
+                      label_smoothing=label_smoothing, z_loss=z_loss)
+      return out.loss_sum / jnp.maximum(out.weight_sum, 1.0)
+    return jax.grad(mean_loss)(params)
+
+  return grads
+
+
+class Steps(NamedTuple):
+  """What `build_steps` makes of an experiment config, every function jit-compiled."""
+  train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics), state donated
+  eval: Callable[[Any, Batch], losses.LossOutput]  # (params, batch) -> sums
+  grads: Callable[[Any, Batch, jax.Array], Any]  # (params, batch, rng) -> grads (diagnostics)
+  optimizer: optax.GradientTransformation
+  learning_rate_fn: Callable[[jax.Array], jax.Array]
+
+
+def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh) -> Steps:
+  """The train, eval and diagnostics-gradient steps of an experiment config on `mesh`.
+
+  Every step takes its loss from the config alike: label_smoothing, z_loss and
+  loss_chunk_size, so the eval loss is the training objective on held-out data (nll is the
+  plain cross-entropy). Params replicated, batches split over the mesh's data axis.
+  """
+  tx = optimizers.make_optimizer(config)
+  lr_fn = optimizers.learning_rate_fn(config)
+  loss = dict(label_smoothing=config.label_smoothing, z_loss=config.z_loss)
+  repl, data = sharding.replicated(mesh), sharding.batch_sharding(mesh)
+  train = jax.jit(
+      make_train_step(model, tx, lr_fn, grad_accum_steps=config.grad_accum_steps,
+                      loss_chunk_size=config.loss_chunk_size, **loss),
+      in_shardings=(repl, data, repl), out_shardings=(repl, repl), donate_argnums=0)
+  eval_step = jax.jit(make_eval_step(model, loss_chunk_size=config.loss_chunk_size, **loss),
+                      in_shardings=(repl, data), out_shardings=repl)
+  grads = jax.jit(make_grads_fn(model, **loss))
+  return Steps(train, eval_step, grads, tx, lr_fn)
+
+
+def evaluate(eval_step: Callable[[Any, Batch], losses.LossOutput], params: Any,
+             batches: Iterable[dict[str, Any]], mesh: Mesh) -> dict[str, float]:
+  """`losses.summarize` of the sums over host batches (each process its rows): loss,
+  perplexity, accuracy... of a whole split, each example counted once."""
+  total = None
+  for batch in batches:
+    out = eval_step(params, sharding.global_batch(batch, mesh))
+    total = out if total is None else jax.tree_util.tree_map(jnp.add, total, out)
+  return {k: float(v) for k, v in sharding.to_host(losses.summarize(total)).items()}

@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from typing import Any, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from transformer.config import ModelConfig
 from transformer.models import DecoderOnly, Transformer, init_cache
+from transformer.token_ids import EOS_ID, PAD_ID
 
-PAD_ID, EOS_ID = 0, 1  # the project's ids (DESIGN: pad 0, eos 1, unk 2)
 METHODS = ("greedy", "sample", "beam")
 _NEG_INF = -1.0e9  # finite, so that -inf - -inf never makes a NaN in the score arithmetic
 
@@ -371,70 +369,20 @@ def beam_search(model: nn.Module, params: Any, inputs: Any, *, beam_size: int = 
   return decode(model, params, inputs, config)
 
 
-# ---------------------------------------------------------------------------------------
-# Benchmark: cached decoding against re-running the decoder over the whole prefix.
-# ---------------------------------------------------------------------------------------
-def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: int, *,
-                       source_len: int = 32, bucket: int = 32, seed: int = 0,
-                       repeats: int = 1) -> dict[str, float]:
-  """Greedy tokens/s with the KV cache and without it, for a random-init `Transformer`.
+def define_decode_flags(default_method: str = "beam"):
+  """Defines --method, --beam_size, --alpha, --temperature, --top_k, --top_p, --extra_len
+  (absl, for scripts); returns a function that builds the DecodeConfig from their values."""
+  from absl import flags
 
-  Both produce exactly `num_tokens` tokens per row (EOS ignored) from a random source of
-  `source_len` tokens; the encoder runs once in both. Without the cache every step re-runs
-  `Transformer.decode` over the whole prefix, padded up to a multiple of `bucket` (one
-  compilation per bucket, as an uncached decoder must either pad or recompile), computing the
-  logits of every position as `Transformer.decode` does. Compilation is excluded (each path
-  is compiled before it is timed). Each path is timed `repeats` times, the two alternating
-  (so that a slow spell of a shared machine falls on both); each figure is the median:
-  cached_tokens_per_sec, uncached_tokens_per_sec, speedup (the ratio of the medians).
-  """
-  if num_tokens > model_config.max_len:
-    model_config = dataclasses.replace(model_config, max_len=num_tokens)
-  model = Transformer(model_config)
-  rng = np.random.default_rng(seed)
-  inputs = jnp.asarray(rng.integers(3, model_config.vocab_size, (batch_size, source_len)),
-                       jnp.int32)
-  params = jax.jit(model.init)(jax.random.PRNGKey(seed), inputs,
-                               jnp.ones((batch_size, 8), jnp.int32))["params"]
-  config = DecodeConfig(method="greedy", eos_id=-1, extra_len=num_tokens)
-  limit = jnp.full((batch_size,), num_tokens, jnp.int32)
-  knobs, static = _split_config(config)
-
-  def cached() -> jax.Array:
-    return _decode_jit(model, params, inputs, limit, jax.random.PRNGKey(0), knobs, config=static,
-                       num_steps=num_tokens)[0].block_until_ready()
-
-  encode = jax.jit(functools.partial(model.apply, method=Transformer.encode))
-  full = jax.jit(lambda p, enc, targets: model.apply({"params": p}, enc, inputs, targets,
-                                                     method=Transformer.decode))
-
-  widths = sorted({min(-(-(t + 1) // bucket) * bucket, num_tokens) for t in range(num_tokens)})
-
-  def uncached() -> np.ndarray:
-    encoded = encode({"params": params}, inputs)
-    targets = np.zeros((batch_size, num_tokens), np.int32)
-    for t in range(num_tokens):
-      width = min(-(-(t + 1) // bucket) * bucket, num_tokens)
-      targets[:, t] = EOS_ID  # any non-pad id: position t must be unmasked; its value is unused
-      logits = full(params, encoded, jnp.asarray(targets[:, :width]))
-      targets[:, t] = np.asarray(first_argmax(logits[:, t, 1:])) + 1  # never PAD
-    return targets
-
-  def compile_uncached() -> None:
-    encoded = encode({"params": params}, inputs)
-    for width in widths:
-      full(params, encoded, jnp.ones((batch_size, width), jnp.int32)).block_until_ready()
-
-  cached()
-  compile_uncached()
-  runs = {"cached": [], "uncached": []}
-  for _ in range(repeats):
-    for name, fn in (("cached", cached), ("uncached", uncached)):
-      start = time.perf_counter()
-      fn()
-      runs[name].append(time.perf_counter() - start)
-  timings = {name: float(np.median(seconds)) for name, seconds in runs.items()}
-  tokens = batch_size * num_tokens
-  return {"cached_tokens_per_sec": tokens / timings["cached"],
-          "uncached_tokens_per_sec": tokens / timings["uncached"],
-          "speedup": timings["uncached"] / timings["cached"]}
+  d = DecodeConfig()
+  defined = dict(
+      method=flags.DEFINE_enum("method", default_method, METHODS, "Decoding method."),
+      beam_size=flags.DEFINE_integer("beam_size", d.beam_size, "Beam search: beams."),
+      alpha=flags.DEFINE_float("alpha", d.alpha, "Beam search: GNMT length penalty exponent."),
+      temperature=flags.DEFINE_float("temperature", d.temperature, "Sampling: temperature."),
+      top_k=flags.DEFINE_integer("top_k", d.top_k, "Sampling: keep the k likeliest (0 = all)."),
+      top_p=flags.DEFINE_float("top_p", d.top_p, "Sampling: nucleus mass (1 = all)."),
+      extra_len=flags.DEFINE_integer("extra_len", d.extra_len,
+                                     "Output tokens allowed beyond the input's length."),
+  )
+  return lambda: DecodeConfig(**{name: flag.value for name, flag in defined.items()})

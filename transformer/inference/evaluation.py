@@ -5,7 +5,7 @@ detokenized text: hypotheses and references are the tokenizer's decode of the id
 figure is the one `sacrebleu REFERENCES -i HYPOTHESES` prints for the same lines. Exact match
 compares ids up to and including EOS. Line breaks inside a decoded text become spaces, so
 each example is one line. Used by the training loop (every `bleu_every_steps`)
-and by `scripts/evaluate.py` (through `transformer.inference`).
+and by `scripts/evaluate.py` (through `transformer.training.evaluate`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ import re
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 import flax.linen as nn
-import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
-from transformer import decoding
-from transformer.decoding import EOS_ID, DecodeConfig
-from transformer.training import sharding
+from transformer.inference import decoding
+from transformer.inference.decoding import DecodeConfig
+from transformer.token_ids import EOS_ID, PAD_ID
 
 Batch = dict[str, Any]
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what Python's text files split lines on
@@ -87,7 +85,7 @@ def until_eos(ids: Any) -> tuple[int, ...]:
   for i in np.asarray(ids).reshape(-1).tolist():
     if i == EOS_ID:
       return tuple(out + [i])
-    if i != 0:
+    if i != PAD_ID:
       out.append(i)
   return tuple(out)
 
@@ -116,15 +114,3 @@ def decode_split(model: nn.Module, params: Any, batches: Iterable[Batch],
       out.references.append(one_line(decode_ids(reference)))
       out.exact.append(until_eos(hypothesis) == until_eos(reference))
   return out
-
-
-def decode_eval_split(model: nn.Module, params: Any, datasets: Any, mesh: jax.sharding.Mesh,
-                      config: DecodeConfig = DecodeConfig()) -> DecodedSplit:
-  """`decode_split` over `datasets.eval_batches()` on a mesh (any number of processes).
-
-  Each process places its rows of each global batch; every process gets the whole batch's
-  outputs back, so each computes the same corpus BLEU.
-  """
-  return decode_split(model, params, datasets.eval_batches(), datasets.decode_ids, config,
-                      place=lambda b: sharding.global_batch(b, mesh),
-                      fetch=lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)))

@@ -1,0 +1,70 @@
+"""The layers of the package (.importlinter): checked here, and shown to fail on a wrong import;
+private names stay inside their module."""
+
+import ast
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+NAMEDTUPLE_API = {"_fields", "_replace", "_asdict", "_make"}  # public despite the underscore
+LINT_IMPORTS = shutil.which("lint-imports") or os.path.join(os.path.dirname(sys.executable),
+                                                            "lint-imports")
+
+
+def _lint(root: pathlib.Path) -> subprocess.CompletedProcess:
+  env = {**os.environ, "PYTHONPATH": str(root)}
+  return subprocess.run([LINT_IMPORTS, "--no-cache"], cwd=root, env=env, capture_output=True,
+                        text=True, timeout=120)
+
+
+def test_the_layer_contract_holds():
+  run = _lint(REPO)
+  assert run.returncode == 0, run.stdout + run.stderr
+  assert "1 kept, 0 broken" in run.stdout
+
+
+def test_the_layer_contract_fails_when_a_lower_layer_imports_a_higher_one(tmp_path):
+  shutil.copytree(REPO / "transformer", tmp_path / "transformer",
+                  ignore=shutil.ignore_patterns("__pycache__"))
+  shutil.copy(REPO / ".importlinter", tmp_path / ".importlinter")
+  bad = tmp_path / "transformer" / "positional.py"
+  bad.write_text(bad.read_text() + "\nfrom transformer.training import loop  # wrong way\n")
+  run = _lint(tmp_path)
+  assert run.returncode != 0
+  assert "BROKEN" in run.stdout and "transformer.positional -> transformer.training.loop" in run.stdout
+
+
+def _python_files():
+  for folder in ("transformer", "scripts", "configs"):
+    yield from (REPO / folder).rglob("*.py")
+
+
+def test_private_names_stay_in_their_module():
+  crossings = []
+  for path in _python_files():
+    tree = ast.parse(path.read_text())
+    modules = set()  # names bound to a transformer module by an import
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer"):
+        crossings += [f"{path.name}: from {node.module} import {a.name}" for a in node.names
+                      if a.name.startswith("_")]
+        modules.update(a.asname or a.name for a in node.names)
+      elif isinstance(node, ast.Import):
+        modules.update((a.asname or a.name).split(".")[0] for a in node.names
+                       if a.name.startswith("transformer"))
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+          and node.value.id in modules and node.attr.startswith("_")
+          and not node.attr.startswith("__") and node.attr not in NAMEDTUPLE_API):
+        crossings.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
+  assert not crossings, crossings
+
+
+def test_comments_speak_of_the_repository_only():
+  outside = ("issue ", "DESIGN", "RESEARCH.md")
+  found = [f"{p.relative_to(REPO)}: {word}" for p in _python_files()
+           for word in outside if word in p.read_text()]
+  assert not found, found

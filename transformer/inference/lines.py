@@ -1,0 +1,125 @@
+"""Lines of text in, lines of text out: one output line per input line, in order.
+
+An empty line gives an empty line; too long inputs are truncated with one warning counting
+them. scripts/decode.py reads and writes files or stdin/stdout through `decode_file`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from transformer.inference import decoding, evaluation, loading
+from transformer.inference.decoding import DecodeConfig
+from transformer.token_ids import EOS_ID
+
+
+def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
+  """Whether an LM's prompt gets EOS appended: yes when it was trained on a seq2seq dataset
+  read as inputs ++ targets (synthetic, parallel text, WMT), where EOS ends the source."""
+  dataset = str(experiment.get("dataset"))
+  return dataset in ("synthetic", "parallel_text") or "translate" in dataset
+
+
+def max_input_len(loaded: loading.Loaded) -> int:
+  """Input tokens a line may have (EOS included): the training rows' length for a source;
+  one less than max_len for an LM prompt, so that it can be continued."""
+  limit = min(int(loaded.experiment.get("max_len") or loaded.model_config.max_len),
+              loaded.model_config.max_len)
+  return loaded.model_config.max_len - 1 if loaded.is_lm else limit
+
+
+def encode_lines(loaded: loading.Loaded, lines: Sequence[str], max_len: Optional[int] = None,
+                 prompt_eos: Optional[bool] = None) -> tuple[list[list[int]], int]:
+  """(ids of each line, number truncated). Sources end in EOS, as in training (so do LM
+  prompts where `prompt_ends_with_eos`); an empty line gives []. A line longer than max_len
+  is cut to its first max_len - 1 tokens + EOS (or its first max_len, without EOS)."""
+  max_len = max_input_len(loaded) if max_len is None else max_len
+  add_eos = prompt_ends_with_eos(loaded.experiment) if loaded.is_lm else True
+  add_eos = add_eos if prompt_eos is None else prompt_eos
+  out, truncated = [], 0
+  for line in lines:
+    ids = list(loaded.tokenizer.encode(line))
+    if not ids:
+      out.append([])
+      continue
+    ids = ids + [EOS_ID] if add_eos else ids
+    if len(ids) > max_len:
+      truncated += 1
+      ids = ids[:max_len - 1] + [EOS_ID] if add_eos else ids[:max_len]
+    out.append(ids)
+  return out, truncated
+
+
+def decode_lines(loaded: loading.Loaded, lines: Sequence[str], config: DecodeConfig = DecodeConfig(), *,
+                 batch_size: int = 64, max_len: Optional[int] = None,
+                 prompt_eos: Optional[bool] = None, seed: int = 0) -> list[str]:
+  """One output line per input line, in the input's order; an empty line gives an empty line.
+
+  Lines are batched longest first (less padding) and each batch is padded to a multiple of 8
+  tokens and to `batch_size` rows (fewer compilations). Too long lines are truncated, with
+  one warning counting them. Sampling draws from fold_in(PRNGKey(seed), batch index).
+  """
+  if batch_size < 1:
+    raise loading.InferenceError(f"batch_size={batch_size} must be >= 1.")
+  cap = max_input_len(loaded) if max_len is None else max_len
+  ids, truncated = encode_lines(loaded, lines, cap, prompt_eos)
+  if truncated:
+    logging.warning("%d of %d input line(s) had more than %d tokens and were truncated; pass a "
+                    "larger --max_input_len to keep them whole (training rows held %d).",
+                    truncated, len(lines), cap, max_input_len(loaded))
+  outputs = [""] * len(lines)
+  order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: -len(ids[i]))
+  rng = jax.random.PRNGKey(seed)
+  for b, start in enumerate(range(0, len(order), batch_size)):
+    rows = order[start:start + batch_size]
+    width = min(-(-len(ids[rows[0]]) // 8) * 8, cap)  # the longest row first
+    inputs = np.zeros((batch_size, width), np.int32)
+    limit = np.zeros((batch_size,), np.int32)  # padding rows: nothing to decode
+    for r, i in enumerate(rows):
+      inputs[r, :len(ids[i])] = ids[i]
+      limit[r] = len(ids[i]) + config.extra_len
+    tokens, _ = decoding.decode(loaded.model, loaded.params, inputs, config,
+                                jax.random.fold_in(rng, b), out_limit=limit)
+    tokens = np.asarray(tokens)
+    for r, i in enumerate(rows):
+      outputs[i] = evaluation.one_line(loaded.tokenizer.decode(tokens[r]))
+  return outputs
+
+
+def read_lines(path: str) -> list[str]:
+  """Lines of a UTF-8 file ('-' = stdin) without their line break; a final line break does
+  not add an empty line."""
+  if path == "-":
+    return [line.rstrip("\n") for line in sys.stdin]
+  with open(path, encoding="utf-8") as f:
+    return [line.rstrip("\n") for line in f]
+
+
+def write_lines(path: str, lines: Sequence[str]) -> None:
+  """One line per string, each ending in a line break ('-' = stdout)."""
+  text = "".join(line + "\n" for line in lines)
+  if path == "-":
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  else:
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(text)
+
+
+def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,
+                config: DecodeConfig = DecodeConfig(), step: Optional[int] = None,
+                tokenizer: Optional[str] = None, batch_size: int = 64,
+                max_len: Optional[int] = None, prompt_eos: Optional[bool] = None,
+                seed: int = 0) -> None:
+  """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`."""
+  lines = read_lines(input_path)
+  loaded = loading.load(workdir, step, tokenizer)
+  outputs = decode_lines(loaded, lines, config, batch_size=batch_size, max_len=max_len,
+                         prompt_eos=prompt_eos, seed=seed)
+  write_lines(output_path, outputs)

@@ -1,0 +1,89 @@
+"""A trained workdir, ready to decode: its newest readable checkpoint, model and tokenizer.
+
+  loaded = load(workdir)                         # newest readable checkpoint, its tokenizer
+  texts = lines.decode_lines(loaded, ["a b c"])  # transformer.inference.lines
+
+The tokenizer is the workdir's own (`transformer.data.tokenizer.load_tokenizer`); a synthetic
+run from before tokenizers were saved gets the synthetic task's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import flax.linen as nn
+import ml_collections
+
+from transformer import checkpoint
+from transformer.config import ModelConfig
+from transformer.data import tokenizer as tokenizers
+from transformer.models import DecoderOnly, model_for
+
+
+class InferenceError(ValueError):
+  """A mistake the user can fix (workdir, checkpoint, tokenizer); one sentence with the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """One checkpoint of a workdir, ready to decode."""
+  workdir: str
+  step: int
+  model: nn.Module
+  params: Any
+  model_config: ModelConfig
+  experiment: ml_collections.ConfigDict
+  tokenizer: Any  # encode(str) -> list[int] (no EOS), decode(ids) -> str, vocab_size
+
+  @property
+  def is_lm(self) -> bool:
+    return isinstance(self.model, DecoderOnly)
+
+
+def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:
+  """The params of `step` (default: the newest readable checkpoint), model and tokenizer.
+
+  tokenizer: a tokenizer file or workdir to use instead of the workdir's own.
+  """
+  try:
+    saved = checkpoint.read_config(workdir)
+    loaded = checkpoint.load_params(workdir, step)
+  except (FileNotFoundError, RuntimeError) as e:  # no checkpoint, or none readable
+    raise InferenceError(_one_line(e)) from None
+  (params, model_config), step = loaded, loaded.step
+  if "experiment" not in saved:
+    raise InferenceError(f"{workdir}/config.json has no 'experiment' entry, so it was not "
+                         "written by scripts/train.py; pass the workdir of a training run.")
+  experiment = ml_collections.ConfigDict(saved["experiment"])
+  tok = _tokenizer(workdir, experiment, tokenizer)
+  _check_vocab(tok, model_config, experiment, tokenizer or workdir)
+  model = model_for(experiment.get("model_type", "seq2seq"), model_config)
+  return Loaded(workdir, step, model, params, model_config, experiment, tok)
+
+
+def _tokenizer(workdir: str, experiment: ml_collections.ConfigDict, path: Optional[str]):
+  try:
+    return tokenizers.load_tokenizer(path or workdir)
+  except FileNotFoundError as e:
+    if path is None and experiment.get("dataset") == "synthetic":
+      s = experiment.synthetic  # a run from before workdirs held their tokenizer
+      return tokenizers.SyntheticTokenizer(s.task, s.vocab_size)
+    raise InferenceError(_one_line(e)) from None
+
+
+def _check_vocab(tok: Any, model_config: ModelConfig, experiment: ml_collections.ConfigDict,
+                 where: str) -> None:
+  """The tokenizer must be the one the model was trained with: the same vocabulary size
+  (or, where model.vocab_size was set by hand, one that fits in it)."""
+  size, want = int(tok.vocab_size), model_config.vocab_size
+  set_by_hand = (experiment.get("model") or {}).get("vocab_size") is not None
+  if size > want or (size != want and not set_by_hand):
+    raise InferenceError(
+        f"The tokenizer of {where} has {size} ids but the checkpoint's model has "
+        f"vocab_size={want}: they were not trained together; use the workdir's own tokenizer "
+        "(drop --tokenizer) or the workdir whose checkpoints it was trained with.")
+
+
+def _one_line(e: BaseException) -> str:
+  return " ".join(str(e).strip("'\"").split())

@@ -1,0 +1,228 @@
+"""Scale diagnostics of a trained run, restored from a checkpoint: tables, JSON and plots.
+
+  python scripts/analyze.py --workdir=DIR [--step=N]
+
+`analyze` restores the params of a checkpoint (written by any device count) with
+`load_params`, runs `transformer.diagnostics` on a few held-out batches of the run's own data,
+and writes DIR/plots/: analysis.md, analysis.json and PNG plots (attention entropy per layer
+and head, logit variance against d_k, the embedding/PE RMS ratio over training from
+metrics.jsonl, loss curves).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from transformer import checkpoint, diagnostics
+from transformer.data import pipeline
+from transformer.training import experiment
+from transformer.training.writers import METRICS_FILE, read_metrics
+
+NUM_BATCHES = 4  # held-out batches averaged over
+FREQUENCY_BATCHES = 8  # train batches whose token counts define the frequency buckets
+
+
+def _attention_rows(diag: dict[str, float]) -> dict[str, dict[str, list[float]]]:
+  """{'decoder/layer_0/self_attention': {stat: [per head]}} from the flat names, encoder
+  first, then by layer, self-attention before cross-attention."""
+  rows: dict[tuple, dict[str, dict[int, float]]] = {}
+  for name, value in diag.items():
+    n = diagnostics.parse_name(name)
+    if n.group == "attention":
+      key = (n.stack != "encoder", n.layer, n.attention != "self_attention", n.stack, n.attention)
+      rows.setdefault(key, {}).setdefault(n.stat, {})[n.head] = value
+  return {f"{k[3]}/layer_{k[1]}/{k[4]}": {s: [v[h] for h in sorted(v)] for s, v in stats.items()}
+          for k, stats in sorted(rows.items())}
+
+
+def _short(row: str) -> str:
+  """'decoder/layer_0/cross_attention' -> 'decoder L0 cross' (plot tick labels)."""
+  n = diagnostics.parse_name(f"{row}/head_0/entropy")
+  return f"{n.stack} L{n.layer} {n.attention.split('_')[0]}"
+
+
+def _mean(values: Sequence[float]) -> float:
+  finite = [v for v in values if v is not None and math.isfinite(v)]
+  return sum(finite) / len(finite) if finite else float("nan")
+
+
+def _finite(value: Any) -> Any:
+  """JSON has no NaN: non-finite floats (e.g. an empty frequency bucket) become None."""
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_finite(v) for v in value]
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
+
+
+def _plots(plots_dir: str, attention: dict, records: list[dict], d_k: int) -> list[str]:
+  """Writes the PNGs; returns their file names."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  written = []
+
+  def save(fig, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(plots_dir, name), dpi=110)
+    plt.close(fig)
+    written.append(name)
+
+  labels = list(attention)
+  if labels:
+    entropy = np.array([attention[r]["entropy"] for r in labels], dtype=float)
+    fig, ax = plt.subplots(figsize=(3.5 + 0.9 * entropy.shape[1], 1.8 + 0.45 * len(labels)))
+    im = ax.imshow(entropy, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(entropy.shape[1]), [f"head {h}" for h in range(entropy.shape[1])])
+    ax.set_yticks(range(len(labels)), [_short(r) for r in labels])
+    for (i, j), v in np.ndenumerate(entropy):
+      light = v > np.nanmean(entropy)  # dark text on the light (high) end of viridis
+      ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="k" if light else "w", fontsize=8)
+    ax.set_xlabel("attention head")
+    ax.set_ylabel("layer and attention")
+    ax.set_title("Attention entropy (nats, valid keys only)")
+    fig.colorbar(im, ax=ax, label="entropy (nats)")
+    save(fig, "attention_entropy.png")
+
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(labels) + 3), 4.5))
+    x = np.arange(len(labels))
+    for stat, label, marker in (("raw_var", "Var(q·k), before the scale", "o"),
+                                ("logit_var", "Var(logits), after the scale", "s")):
+      ax.plot(x, [_mean(attention[r][stat]) for r in labels], marker=marker, label=label)
+    # What unit-variance q and k would give: Var(q.k) = d_k, and 1 after the paper's d_k^-0.5.
+    ax.axhline(d_k, color="C0", linestyle="--", label=f"d_k = {d_k} (unit-variance q, k)")
+    ax.axhline(1.0, color="C1", linestyle=":", label="1 (unit variance)")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [_short(r) for r in labels], rotation=20, ha="right")
+    ax.set_xlabel("layer and attention")
+    ax.set_ylabel("variance (logit units², mean over heads)")
+    ax.set_title(f"Attention logit variance against d_k (d_k = {d_k})")
+    ax.legend(fontsize=8)
+    save(fig, "logit_variance.png")
+
+  diag_records = [r for r in records if r["split"] == "diagnostics"]
+  ratio_keys = sorted({k for r in diag_records for k in r if k.endswith("embed/ratio")
+                       or (k.endswith("/ratio") and "/bucket_" in k)})
+  if ratio_keys:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in ratio_keys:
+      pts = [(r["step"], r[k]) for r in diag_records if r.get(k) is not None]
+      ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=k.replace("/embed", ""))
+    ax.set_xlabel("training step")
+    ax.set_ylabel("RMS(scaled token emb.) / RMS(PE)")
+    ax.set_title("Token embedding to positional encoding ratio")
+    ax.legend(fontsize=7)
+    save(fig, "embed_posemb_ratio.png")
+
+  train = [(r["step"], r["loss"]) for r in records
+           if r["split"] == "train" and r.get("loss") is not None]
+  evals = [(r["step"], r["loss"]) for r in records
+           if r["split"] == "eval" and r.get("loss") is not None]
+  if train or evals:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for pts, label, marker in ((train, "train", None), (evals, "eval", "o")):
+      if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss (nats / token)")
+    ax.set_title("Loss curves")
+    ax.legend()
+    save(fig, "loss.png")
+  return written
+
+
+def _markdown(result: dict[str, Any]) -> str:
+  lines = [f"# Scale diagnostics of {result['workdir']}", "",
+           f"Checkpoint step {result['step']}, mean over {result['num_batches']} held-out "
+           "batches (deterministic; valid positions only).", "", "## Embedding", "",
+           "| stack | RMS(s·E[tok]) | RMS(PE term) | ratio |", "|---|---|---|---|"]
+  for stack, e in result["embedding"].items():
+    lines.append(f"| {stack} | {e['token_rms']:.4g} | {e.get('posemb_rms', float('nan')):.4g} | "
+                 f"{e.get('ratio', float('nan')):.4g} |")
+  lines += ["", "By token-frequency rank quartile (bucket 0 = most frequent; counts from the "
+            "run's first train batches):", "", "| stack | bucket | ratio |", "|---|---|---|"]
+  for stack, e in result["embedding"].items():
+    for b, v in e.get("buckets", {}).items():
+      lines.append(f"| {stack} | {b} | {v.get('ratio', float('nan')):.4g} |")
+  lines += ["", "## Residual stream RMS", "", "| stack | per layer |", "|---|---|"]
+  for stack, v in result["residual_rms"].items():
+    lines.append(f"| {stack} | {', '.join(f'{x:.4g}' for x in v)} |")
+  lines += ["", "## Attention (mean over heads)", "",
+            "| layer / attention | Var(q·k)/d_k | Var(logits) | max abs logit | entropy (nats) |",
+            "|---|---|---|---|---|"]
+  for row, s in result["attention"].items():
+    lines.append(f"| {row} | {_mean(s['qk_var_over_dk']):.4g} | {_mean(s['logit_var']):.4g} | "
+                 f"{max(s['logit_absmax']):.4g} | {_mean(s['entropy']):.4g} |")
+  o = result["output"]
+  lines += ["", "## Output", "", f"log Z (mean) {o['log_z']:.4g}, max logit (mean) "
+            f"{o['max_logit']:.4g}.", "", "## Plots", ""]
+  lines += [f"![{p}]({p})" for p in result["plots"]]
+  return "\n".join(lines) + "\n"
+
+
+def analyze(workdir: str, step: Optional[int] = None,
+            num_batches: int = NUM_BATCHES) -> dict[str, Any]:
+  """Runs the analysis of `workdir`; writes WORKDIR/plots/ and returns analysis.json's dict."""
+  loaded = checkpoint.load_params(workdir, step)
+  (params, model_config), step = loaded, loaded.step
+  config = ml_collections.ConfigDict(checkpoint.read_config(workdir)["experiment"])
+  model = experiment.build_model(config, model_config)
+  datasets = pipeline.get_datasets(config, workdir=workdir)
+
+  counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
+  for batch in itertools.islice(datasets.train_iter(), FREQUENCY_BATCHES):
+    counts.add(batch)
+  params = jax.device_put(params)
+  results = []
+  for batch in itertools.islice(iter(datasets.eval_batches()), num_batches):
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    out = diagnostics.scale_diagnostics(model, params, batch, jnp.asarray(counts.frequency()))
+    results.append(jax.device_get(out))
+  if not results:
+    raise ValueError(f"The eval split of {workdir} yielded no batches; nothing to analyse.")
+  diag = diagnostics.mean_over_batches(results)
+
+  embedding, residual = {}, {}
+  for name, value in diag.items():
+    n = diagnostics.parse_name(name)
+    if n.group == "embed":
+      entry = embedding.setdefault(n.stack, {})
+      if n.bucket is not None:
+        entry.setdefault("buckets", {}).setdefault(f"bucket_{n.bucket}", {})[n.stat] = value
+      else:
+        entry[n.stat] = value
+    elif n.group == "residual":
+      residual.setdefault(n.stack, {})[n.layer] = value
+  attention = _attention_rows(diag)
+
+  plots_dir = os.path.join(workdir, "plots")
+  os.makedirs(plots_dir, exist_ok=True)
+  records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, METRICS_FILE)) else []
+  result = {
+      "workdir": os.path.abspath(workdir), "step": step, "num_batches": len(results),
+      "devices": jax.device_count(),
+      "model": model_config.to_dict(), "diagnostics": diag,
+      "embedding": {s: embedding[s] for s in sorted(embedding, key=lambda s: s != "encoder")},
+      "residual_rms": {s: [residual[s][i] for i in sorted(residual[s])]
+                       for s in sorted(residual, key=lambda s: s != "encoder")},
+      "attention": attention,
+      "output": {"log_z": diag["output/log_z"], "max_logit": diag["output/max_logit"]},
+  }
+  result["plots"] = _plots(plots_dir, attention, records, model_config.qk_dim)
+  with open(os.path.join(plots_dir, "analysis.json"), "w") as f:
+    json.dump(_finite(checkpoint.to_json(result)), f, indent=2, allow_nan=False)
+  with open(os.path.join(plots_dir, "analysis.md"), "w") as f:
+    f.write(_markdown(result))
+  return result

@@ -1,0 +1,275 @@
+"""Speed measured against the machine's own limit: analytic model FLOPs, a matmul peak, step
+timing, and `benchmark`, the body of scripts/benchmark.py:
+
+  python scripts/benchmark.py --config=configs/base.py --config.batch_size=16 --mode=train
+
+MFU = analytic model FLOPs / step time, divided by a matmul peak measured in the same run on
+the same devices and dtype.
+
+Model FLOPs per step (the MFU convention of PaLM, Chowdhery et al. 2022: matmul FLOPs of the
+model's forward and backward pass, 2 FLOPs per multiply-add, backward = 2 x forward, any
+rematerialisation NOT counted), for an encoder-decoder with source length S, target length T,
+width d, feed-forward width f, attention width a = heads x head_dim, vocabulary V, per sequence:
+
+  encoder layer   S (8 d a + 4 d f) + 4 S^2 a          q,k,v,o projections, FFN, q.k and p.v
+  decoder layer   T (8 d a + 4 d f) + 4 T^2 a           self-attention (full T x T scores)
+                  + T 4 d a + S 4 d a + 4 T S a         cross-attention: q,o on T; k,v on S
+  output          2 T d V                                logits (tied or not)
+  step            3 x (sum of the above) x batch
+
+A decoder-only model is the decoder without cross-attention. Gated FFNs count 6 d f instead of
+4 d f. Softmax, norms, dropout and the loss are not matmuls and are not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from transformer import diagnostics
+from transformer.config import ModelConfig
+from transformer.data import pipeline
+from transformer.inference import decoding
+from transformer.models import Transformer
+from transformer.token_ids import EOS_ID
+from transformer.training import experiment, sharding
+from transformer.training import steps as steps_lib
+
+MODES = ("train", "eval", "decode", "data", "diagnostics")
+
+
+def forward_flops(cfg: ModelConfig, source_len: int, target_len: int, *,
+                  decoder_only: bool = False) -> float:
+  """Matmul FLOPs of one sequence's forward pass (module docstring)."""
+  d, f, a, V = cfg.d_model, cfg.d_ff, cfg.num_heads * cfg.qk_dim, cfg.output_vocab_size
+  ffn = (6 if cfg.activation in ("geglu", "swiglu") else 4) * d * f
+  S, T = source_len, target_len
+  decoder = T * (8 * d * a + ffn) + 4 * T * T * a
+  total = cfg.num_decoder_layers * decoder + 2 * T * d * V
+  if not decoder_only:
+    encoder = S * (8 * d * a + ffn) + 4 * S * S * a
+    cross = T * 4 * d * a + S * 4 * d * a + 4 * T * S * a
+    total += cfg.num_encoder_layers * encoder + cfg.num_decoder_layers * cross
+  return float(total)
+
+
+def train_flops_per_step(cfg: ModelConfig, batch_size: int, source_len: int, target_len: int,
+                         *, decoder_only: bool = False) -> float:
+  """Forward + backward (3 x forward) over a batch."""
+  return 3.0 * batch_size * forward_flops(cfg, source_len, target_len, decoder_only=decoder_only)
+
+
+def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
+  """Wall seconds of `fn()` (blocked until its outputs are ready), `repeats` times after `warmup`."""
+  for _ in range(warmup):
+    jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return times
+
+
+def matmul_peak(dtype: str = "float32", n: int = 2048, repeats: int = 5,
+                devices: Any = None) -> float:
+  """Measured FLOP/s of a large square matmul on `devices` (all local devices, data-parallel).
+
+  The denominator of MFU: what this machine, in this run, reaches on the op the model is
+  made of, rather than a datasheet number.
+  """
+  devices = jax.local_devices() if devices is None else devices
+  mesh = jax.sharding.Mesh(np.asarray(devices), ("data",))
+  split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+  k = len(devices)
+  x = jax.device_put(jnp.ones((k, n, n), dtype), split)
+  y = jax.device_put(jnp.ones((k, n, n), dtype), split)
+  # Several chained products per call hide the dispatch cost.
+  chain = 4
+
+  @functools.partial(jax.jit, out_shardings=split)
+  def f(x, y):
+    for _ in range(chain):
+      x = jnp.einsum("kij,kjl->kil", x, y, preferred_element_type=jnp.float32).astype(dtype) * 1e-3
+    return x
+
+  seconds = statistics.median(time_call(lambda: f(x, y), repeats))
+  return chain * k * 2.0 * n ** 3 / seconds
+
+
+def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: int = 3,
+              repeats: int = 3, *, diagnostics_every: int = 100, decode_batch: int = 1,
+              decode_tokens: int = 256) -> dict[str, Any]:
+  """The figures of `modes` ('train', 'eval', 'decode', 'data', 'diagnostics') for an
+  experiment config on this machine's local devices (module docstring); a JSON-ready dict.
+
+  Every timing is the median of `repeats`, after compilation; a train timing runs `steps`
+  steps. The batch is random full-length tokens, so every counted FLOP is real work.
+  """
+  unknown = sorted(set(modes) - set(MODES))
+  if unknown:
+    raise ValueError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}.")
+
+  vocab = config.model.vocab_size or 32000
+  cfg = experiment.model_config(config, vocab_size=vocab)
+  decoder_only = config.model_type == "lm"
+  model = experiment.build_model(config, cfg)
+  mesh = sharding.make_mesh(jax.local_devices())
+  built = steps_lib.build_steps(config, model, mesh)
+  repl = sharding.replicated(mesh)
+  B, L = config.batch_size, config.max_len
+  rng = np.random.default_rng(0)
+  host = {k: rng.integers(3, vocab, (B, L)).astype(np.int32)
+          for k in (("targets",) if decoder_only else ("inputs", "targets"))}
+  batch = sharding.global_batch(host, mesh)
+  state = jax.jit(functools.partial(steps_lib.init_state, model, built.optimizer),
+                  out_shardings=repl)(
+      jax.random.PRNGKey(0), batch)
+  tokens_per_step = B * L * len(host)
+  result = {
+      "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+      "dtype": cfg.dtype, "batch_size": B, "max_len": L, "d_model": cfg.d_model,
+      "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": vocab,
+      "scan_layers": cfg.scan_layers, "remat": cfg.remat,
+      "params": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
+      "model_flops_per_token": train_flops_per_step(
+          cfg, 1, L, L, decoder_only=decoder_only) / (L * len(host)),
+  }
+  peak = matmul_peak(cfg.dtype, repeats=repeats)
+  result["matmul_peak_tflops"] = peak / 1e12
+
+  if "train" in modes or "diagnostics" in modes:
+    step_fn = built.train
+    key = jax.random.PRNGKey(1)
+    start = time.perf_counter()
+    compiled = step_fn.lower(state, batch, key).compile()
+    result["compile_seconds"] = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    if memory is not None:
+      result["peak_memory_gib"] = (memory.temp_size_in_bytes + memory.argument_size_in_bytes +
+                                   memory.output_size_in_bytes) / 2 ** 30
+    holder = {"state": state}
+
+    def run():
+      for _ in range(steps):
+        holder["state"], metrics = compiled(holder["state"], batch, key)
+      return metrics["loss_sum"]
+
+    seconds = statistics.median(time_call(run, repeats)) / steps
+    # Peak measured again after the steps; the larger (the conservative MFU) is used.
+    peak = max(peak, matmul_peak(cfg.dtype, repeats=repeats))
+    result["matmul_peak_tflops"] = peak / 1e12
+    flops = train_flops_per_step(cfg, B, L, L, decoder_only=decoder_only)
+    result.update(train_step_seconds=seconds, train_tokens_per_sec=tokens_per_step / seconds,
+                  train_model_tflops_per_sec=flops / seconds / 1e12, mfu=flops / seconds / peak)
+    state = holder["state"]
+
+  if "diagnostics" in modes:  # the training loop's diagnostics every N steps, against none
+    every = diagnostics_every
+    counts = diagnostics.TokenCounts(vocab)
+
+    def train_steps(with_diagnostics: bool):
+      old = jax.tree_util.tree_map(jnp.copy, holder["state"].params) if with_diagnostics else None
+      for _ in range(every):
+        if with_diagnostics:  # the loop counts tokens on every step when diagnostics are on
+          counts.add(host)
+        holder["state"], metrics = compiled(holder["state"], batch, key)
+      if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
+        grads = built.grads(old, batch, jax.random.fold_in(key, 0))
+        diagnostics.training_diagnostics(model, old, holder["state"].params, grads, batch,
+                                         counts.frequency())
+      return metrics["loss_sum"]
+
+    without = statistics.median(time_call(lambda: train_steps(False), repeats))
+    with_diag = statistics.median(time_call(lambda: train_steps(True), repeats))
+    result["diagnostics"] = {"every_steps": every, "seconds_without": without,
+                             "seconds_with": with_diag,
+                             "overhead": with_diag / without - 1.0}
+    state = holder["state"]
+
+  if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
+    result["decode"] = benchmark_decoding(cfg.replace(dropout_rate=0.0), decode_batch,
+                                          decode_tokens, repeats=repeats)
+
+  if "data" in modes:  # the host input pipeline alone, on the config's own data
+    result["data"] = pipeline.measure_throughput(config, 10.0)
+
+  if "eval" in modes:
+    eval_fn = built.eval
+    seconds = statistics.median(time_call(
+        lambda: eval_fn(state.params, batch).loss_sum, repeats))
+    result.update(eval_tokens_per_sec=tokens_per_step / seconds)
+  return result
+
+
+def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: int, *,
+                       source_len: int = 32, bucket: int = 32, seed: int = 0,
+                       repeats: int = 1) -> dict[str, float]:
+  """Greedy tokens/s with the KV cache and without it, for a random-init `Transformer`.
+
+  Both produce exactly `num_tokens` tokens per row (EOS ignored) from a random source of
+  `source_len` tokens; the encoder runs once in both. Without the cache every step re-runs
+  `Transformer.decode` over the whole prefix, padded up to a multiple of `bucket` (one
+  compilation per bucket, as an uncached decoder must either pad or recompile), computing the
+  logits of every position as `Transformer.decode` does. Compilation is excluded (each path
+  is compiled before it is timed). Each path is timed `repeats` times, the two alternating
+  (so that a slow spell of a shared machine falls on both); each figure is the median:
+  cached_tokens_per_sec, uncached_tokens_per_sec, speedup (the ratio of the medians).
+  """
+  if num_tokens > model_config.max_len:
+    model_config = dataclasses.replace(model_config, max_len=num_tokens)
+  model = Transformer(model_config)
+  rng = np.random.default_rng(seed)
+  inputs = jnp.asarray(rng.integers(3, model_config.vocab_size, (batch_size, source_len)),
+                       jnp.int32)
+  params = jax.jit(model.init)(jax.random.PRNGKey(seed), inputs,
+                               jnp.ones((batch_size, 8), jnp.int32))["params"]
+  config = decoding.DecodeConfig(method="greedy", eos_id=-1, extra_len=num_tokens)
+  limit = jnp.full((batch_size,), num_tokens, jnp.int32)
+
+  def cached() -> jax.Array:
+    return decoding.decode(model, params, inputs, config, jax.random.PRNGKey(0),
+                           out_limit=limit)[0].block_until_ready()
+
+  encode = jax.jit(functools.partial(model.apply, method=Transformer.encode))
+  full = jax.jit(lambda p, enc, targets: model.apply({"params": p}, enc, inputs, targets,
+                                                     method=Transformer.decode))
+
+  widths = sorted({min(-(-(t + 1) // bucket) * bucket, num_tokens) for t in range(num_tokens)})
+
+  def uncached() -> np.ndarray:
+    encoded = encode({"params": params}, inputs)
+    targets = np.zeros((batch_size, num_tokens), np.int32)
+    for t in range(num_tokens):
+      width = min(-(-(t + 1) // bucket) * bucket, num_tokens)
+      targets[:, t] = EOS_ID  # any non-pad id: position t must be unmasked; its value is unused
+      logits = full(params, encoded, jnp.asarray(targets[:, :width]))
+      targets[:, t] = np.asarray(decoding.first_argmax(logits[:, t, 1:])) + 1  # never PAD
+    return targets
+
+  def compile_uncached() -> None:
+    encoded = encode({"params": params}, inputs)
+    for width in widths:
+      full(params, encoded, jnp.ones((batch_size, width), jnp.int32)).block_until_ready()
+
+  cached()
+  compile_uncached()
+  runs = {"cached": [], "uncached": []}
+  for _ in range(repeats):
+    for name, fn in (("cached", cached), ("uncached", uncached)):
+      start = time.perf_counter()
+      fn()
+      runs[name].append(time.perf_counter() - start)
+  timings = {name: float(np.median(seconds)) for name, seconds in runs.items()}
+  tokens = batch_size * num_tokens
+  return {"cached_tokens_per_sec": tokens / timings["cached"],
+          "uncached_tokens_per_sec": tokens / timings["uncached"],
+          "speedup": timings["uncached"] / timings["cached"]}

@@ -1,0 +1,20 @@
+"""Sweeps: a grid of experiment configs and seeds, run point after point, then tabulated.
+
+  grid.py    the Sweep a sweep file defines, its points and their configs
+  runner.py  running points (resumable, a lock per running point), launch lines for a cluster
+  stats.py   stored results, means over seeds, log-log fits
+  report.py  results.md, results.csv and the plots (plots.py), from stored results alone
+"""
+
+from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
+                                              check_sweep, expand, is_finished, load_sweep,
+                                              point_config, point_dir, set_field)
+from transformer.research.sweeps.report import aggregate
+from transformer.research.sweeps.runner import (LOCK_FILE, claim, launch_lines, length_losses,
+                                                run_point, run_sweep, run_command)
+from transformer.research.sweeps.stats import fit_slopes, load_results, metric_value
+
+__all__ = ["POINTS_DIR", "RESULT_FILE", "LOCK_FILE", "Point", "Sweep", "aggregate", "check_sweep",
+           "claim", "expand", "fit_slopes", "is_finished", "launch_lines", "length_losses",
+           "load_results", "load_sweep", "metric_value", "point_config", "point_dir",
+           "run_command", "run_point", "run_sweep", "set_field"]

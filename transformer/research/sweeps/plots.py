@@ -1,0 +1,123 @@
+"""A sweep's plots: curves over training steps per group, and log-log fits with reference slopes."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from typing import Any
+
+import numpy as np
+
+from transformer.research.sweeps.grid import Sweep, short_name
+from transformer.research.sweeps.stats import cell, fit_points, fit_slopes
+
+
+def _pyplot():
+  """matplotlib's pyplot drawing to files (Agg), imported only when a plot is made."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  return plt
+
+
+def fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: str,
+              out_dir: str) -> str:
+  """Log-log plot of y against x, one marker per seed, with reference slopes 1 and 2."""
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  by_setting: dict[str, list[tuple[float, float]]] = {}
+  for (others, _), xy in fit_points(results, x_field, y_spec).items():
+    by_setting.setdefault(others, []).extend(xy)
+  slopes = fit_slopes(sweep, results, x_field, y_spec)
+  for others, xy in sorted(by_setting.items()):
+    x, y = np.asarray(sorted(xy)).T
+    slope = slopes.get(others)
+    label = others + (f": slope {cell(*slope)}" if slope else "")
+    points = ax.plot(x, y, "o", alpha=0.6, label=label)[0]
+    xs = np.unique(x)
+    means = np.exp([np.log(y[x == v]).mean() for v in xs])
+    ax.plot(xs, means, "-", color=points.get_color())
+  if by_setting:
+    x0 = min(x for xy in by_setting.values() for x, _ in xy)
+    y0 = np.exp(np.mean([np.log(y) for xy in by_setting.values() for x, y in xy if x == x0]))
+    xs = np.asarray([x0, max(x for xy in by_setting.values() for x, _ in xy)])
+    for power, style in ((1, ":"), (2, "--")):
+      ax.plot(xs, y0 * (xs / x0) ** power, style, color="gray", label=f"slope {power} (reference)")
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  name = y_spec.rsplit("/", 1)[-1]
+  ax.set_xlabel(short_name(x_field))
+  ax.set_ylabel(f"{name} ({unit(name)})")
+  title = f"{sweep.name}: {y_spec} against {short_name(x_field)}, one marker per seed; line = mean"
+  ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  path = os.path.join(out_dir, "fit_" + slug(y_spec) + "_vs_" + short_name(x_field) + ".png")
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def slug(spec: str) -> str:
+  return "".join(c if c.isalnum() or c in "._-" else "_"
+                 for c in spec.replace("*", "all")).strip("_")
+
+
+def unit(name: str) -> str:
+  if any(k in name for k in ("loss", "nll", "entropy", "log_z")):
+    return "nats"
+  if any(k in name for k in ("ratio", "accuracy", "over_dk", "perplexity")):
+    return "dimensionless"
+  return "activation units"
+
+
+def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
+                workdir: str) -> list[str]:
+  """One PNG per curve: the mean over seeds of each group against steps, shaded min-max."""
+  plt = _pyplot()
+  out_dir = os.path.join(workdir, "plots")
+  os.makedirs(out_dir, exist_ok=True)
+  paths = []
+  for curve in sweep.curves:
+    # The legend goes under the axes (one line per group), where it hides no curve.
+    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.17 * len(groups)))
+    drawn = 0
+    for group, members in groups.items():
+      runs = [dict((int(s), v) for s, v in r["curves"].get(curve, [])) for r in members]
+      runs = [r for r in runs if r]
+      if not runs:
+        continue
+      steps = sorted(set.intersection(*(set(r) for r in runs)))
+      if not steps:
+        continue
+      values = np.asarray([[r[s] for s in steps] for r in runs])
+      mean = values.mean(axis=0)
+      line, = ax.plot(steps, mean, label=f"{group} (n={len(runs)})")
+      if len(runs) > 1:
+        ax.fill_between(steps, values.min(axis=0), values.max(axis=0), alpha=0.2,
+                        color=line.get_color())
+      drawn += 1
+    if not drawn:
+      plt.close(fig)
+      continue
+    split, _, name = curve.partition("/")
+    # Long diagnostic names go whole into the wrapped title and by their last part on the axis.
+    title = f"{sweep.name}: {name} ({split}); mean over seeds, band = min-max"
+    ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"{name if len(name) <= 30 else name.rsplit('/', 1)[-1]} ({unit(name)})")
+    if any(k in curve for k in ("loss", "perplexity", "update_ratio", "grad_norm", "absmax",
+                                "_var")) and \
+        all(v > 0 for g in groups.values() for r in g for _, v in r["curves"].get(curve, [])):
+      ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
+    fig.tight_layout()
+    path = os.path.join(out_dir, curve.replace("/", "_") + ".png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    paths.append(path)
+  return paths

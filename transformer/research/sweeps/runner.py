@@ -1,0 +1,183 @@
+"""Running a sweep: each unfinished point trained as an ordinary workdir, its result.json
+written last (so a point with one is finished and an interrupted sweep resumes where it
+stopped; an unfinished point resumes from its own checkpoints).
+
+Result keys: 'eval/*' and 'train/*' (the final metrics), 'init/*' and 'final/*' (the first
+and last diagnostics records), 'length_{f}x/loss', 'status' ('ok' or 'diverged').
+A point being run holds a lock (`filelock`, released by the OS if its process dies), so
+several processes on one machine or on machines sharing the directory through a file system
+with working locks can work through one grid together; on a cluster, `launch_lines` gives
+the scheduler one command per point instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Iterable, Optional, Sequence
+
+import filelock
+import jax
+import ml_collections
+from absl import logging
+
+from transformer.data import pipeline
+from transformer.inference import loading
+from transformer.research.sweeps.report import aggregate
+from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep, expand,
+                                              is_finished, load_sweep, point_config,
+                                              point_dir)
+from transformer.training import loop, sharding, steps
+from transformer.training.writers import read_metrics
+
+LOCK_FILE = "running.lock"
+
+
+def claim(workdir: str, point: Point) -> Optional[filelock.BaseFileLock]:
+  """The point's lock, acquired; None when another process holds it."""
+  os.makedirs(point_dir(workdir, point), exist_ok=True)
+  lock = filelock.FileLock(os.path.join(point_dir(workdir, point), LOCK_FILE))
+  try:
+    lock.acquire(timeout=0)
+  except filelock.Timeout:
+    return None
+  return lock
+
+
+def _series(workdir: str) -> dict[str, list[list[float]]]:
+  """{'{split}/{name}': [[step, value], ...]} of a run's metrics.jsonl."""
+  series: dict[str, list[list[float]]] = {}
+  for record in read_metrics(workdir):
+    split, step = record["split"], record["step"]
+    for k, v in record.items():
+      if k not in ("split", "step") and isinstance(v, (int, float)):
+        series.setdefault(f"{split}/{k}", []).append([step, float(v)])
+  return series
+
+
+def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
+  """{'length_{f}x/loss': eval loss on rows f times the training max_len} of a finished run.
+
+  The eval split is re-cut into longer rows (the model's max_len must allow it: set
+  model.max_len in the sweep); positions never seen in training are part of every longer row.
+  """
+  loaded = loading.load(run_dir)
+  mesh = sharding.make_mesh()
+  params = jax.device_put(loaded.params, sharding.replicated(mesh))
+  eval_step = steps.build_steps(loaded.experiment, loaded.model, mesh).eval
+  out = {}
+  for factor in factors:
+    exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
+    exp.max_len = int(loaded.experiment.max_len * factor)
+    if exp.max_len > loaded.model.config.max_len:
+      raise ValueError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
+    exp.batch_size = max(mesh.devices.size, loaded.experiment.batch_size // factor)
+    datasets = pipeline.get_datasets(exp, workdir=run_dir)
+    out[f"length_{factor:g}x/loss"] = steps.evaluate(eval_step, params, datasets.eval_batches(),
+                                                     mesh)["loss"]
+  return out
+
+
+def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
+  """Trains `point` (resuming its own checkpoints) and writes its result.json."""
+  run_dir = point_dir(workdir, point)
+  os.makedirs(run_dir, exist_ok=True)
+  start = time.perf_counter()
+  result: dict[str, Any] = {"name": point.name, "group": point.group,
+                            "overrides": dict(point.overrides), "seed": point.seed}
+  config = point_config(sweep, point)
+  if config.dataset != "synthetic" and config.tokenizer.kind == "sentencepiece" and \
+      not config.tokenizer.path:
+    # One vocabulary for the whole sweep, trained by its first point.
+    config.tokenizer.path = os.path.join(workdir, "tokenizer.model")
+  try:
+    final = loop.train_and_evaluate(config, run_dir)
+    result.update(status="ok", step=final.get("step"))
+  except loop.TrainingError as e:  # a non-finite loss is a finding, not a crash
+    result.update(status="diverged", message=str(e))
+    final = {}
+  series = _series(run_dir)
+  metrics: dict[str, Any] = {}
+  for split in ("train", "eval"):
+    for k, v in final.get(split, {}).items():
+      metrics[f"{split}/{k}"] = v
+  diag = {k: v for k, v in series.items() if k.startswith("diagnostics/")}
+  for k, values in diag.items():
+    name = k.partition("/")[2]
+    if values[0][0] == 0:
+      metrics[f"init/{name}"] = values[0][1]
+    if result["status"] == "ok":
+      metrics[f"final/{name}"] = values[-1][1]
+  if result["status"] == "ok" and sweep.length_factors:
+    metrics.update(length_losses(run_dir, list(sweep.length_factors)))
+  result["metrics"] = metrics
+  result["curves"] = series
+  result["seconds"] = time.perf_counter() - start
+  path = os.path.join(run_dir, RESULT_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump(result, f, sort_keys=True)
+  os.replace(path + ".tmp", path)
+  return result
+
+
+def run_sweep(sweep: Sweep, workdir: str,
+              only: Optional[Iterable[str]] = None) -> list[Point]:
+  """Runs every unfinished point (or those named in `only`) in order; returns the ones run."""
+  check_sweep(sweep)
+  points = expand(sweep)
+  if only:
+    wanted = set(only)
+    unknown = wanted - {p.name for p in points}
+    if unknown:
+      raise ValueError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
+    points = [p for p in points if p.name in wanted]
+  todo = [p for p in points if not is_finished(workdir, p)]
+  logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
+               len(points) - len(todo), len(todo))
+  done = []
+  for i, point in enumerate(todo):
+    lock = None if is_finished(workdir, point) else claim(workdir, point)
+    if lock is None:
+      logging.info("Sweep %s: %s is finished or running in another process; skipped.",
+                   sweep.name, point.name)
+      continue
+    try:
+      logging.info("Sweep %s: point %d/%d %s", sweep.name, i + 1, len(todo), point.name)
+      result = run_point(sweep, workdir, point)
+    finally:
+      lock.release()
+    logging.info("Sweep %s: %s %s in %.0f s", sweep.name, point.name, result["status"],
+                 result["seconds"])
+    done.append(point)
+  return done
+
+
+def launch_lines(sweep: Sweep, config_path: str, workdir: str) -> list[str]:
+  """One command per unfinished point (for a cluster), then the aggregation command."""
+  lines = [f"python scripts/sweep.py --config={config_path} --workdir={workdir} "
+           f"--point='{p.name}'" for p in expand(sweep) if not is_finished(workdir, p)]
+  lines.append(f"python scripts/sweep.py --config={config_path} --workdir={workdir} "
+               "--aggregate_only")
+  return lines
+
+
+def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str]] = None,
+                seeds: Optional[Sequence[int]] = None, aggregate_only: bool = False,
+                print_launch: bool = False) -> str:
+  """What scripts/sweep.py does: run the unfinished points (or only aggregate, or list launch
+  commands), then rebuild the report; returns the text to print."""
+  sweep = load_sweep(config_path)
+  if seeds:
+    sweep = dataclasses.replace(sweep, seeds=tuple(int(s) for s in seeds))
+  if print_launch:
+    return "\n".join(launch_lines(sweep, config_path, workdir))
+  if not aggregate_only:
+    run_sweep(sweep, workdir, only=points)
+  command = f"python scripts/sweep.py --config={config_path} --workdir=WORKDIR"
+  summary = aggregate(sweep, workdir, command=command)
+  logging.info("%d of %d points finished; tables in %s/results.md", summary["points"],
+               summary["expected"], workdir)
+  with open(os.path.join(workdir, "results.md")) as f:
+    return f.read()

@@ -1,0 +1,86 @@
+"""A sweep's stored results and their statistics: metric lookup, mean and spread over seeds,
+log-log slopes per seed, and the table cells that show them."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Sweep, expand,
+                                              format_value, short_name)
+
+
+def load_results(workdir: str) -> list[dict[str, Any]]:
+  root = os.path.join(workdir, POINTS_DIR)
+  results = []
+  for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    path = os.path.join(root, name, RESULT_FILE)
+    if os.path.isfile(path):
+      with open(path) as f:
+        results.append(json.load(f))
+  return results
+
+
+def metric_value(metrics: dict[str, Any], spec: str) -> float:
+  """A metric of one point: a key, or 'mean:'/'max:' over the keys matching a pattern."""
+  reduce, _, pattern = spec.rpartition(":")
+  values = [float(v) for k, v in metrics.items() if fnmatch.fnmatchcase(k, pattern)]
+  values = [v for v in values if math.isfinite(v)]
+  if not values:
+    return float("nan")
+  return float(np.max(values) if reduce == "max" else np.mean(values))
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
+  v = np.asarray([x for x in values if math.isfinite(x)], np.float64)
+  if v.size == 0:
+    return float("nan"), float("nan"), 0
+  return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
+
+
+def ordered_groups(sweep: Sweep, results: list[dict[str, Any]]):
+  """{group: [results]} in the sweep's grid order."""
+  order = {p.group: i for i, p in enumerate(expand(sweep))}
+  groups: dict[str, list[dict[str, Any]]] = {}
+  for r in sorted(results, key=lambda r: (order.get(r["group"], len(order)), r["seed"])):
+    groups.setdefault(r["group"], []).append(r)
+  return groups
+
+
+def fit_slopes(sweep: Sweep, results: list[dict[str, Any]],
+               x_field: str, y_spec: str) -> dict[str, tuple[float, float, int]]:
+  """Slope of log y against log x (x = `x_field`), per seed and per setting of the other
+  axes: {other settings: (mean slope, std over seeds, seeds)}."""
+  slopes: dict[str, list[float]] = {}
+  for (others, _), xy in fit_points(results, x_field, y_spec).items():
+    if len({x for x, _ in xy}) >= 2:
+      x, y = np.log(np.asarray(xy)).T
+      slopes.setdefault(others, []).append(float(np.polyfit(x, y, 1)[0]))
+  return {k: mean_std(v) for k, v in slopes.items()}
+
+
+def fit_points(results: list[dict[str, Any]], x_field: str,
+                y_spec: str) -> dict[tuple[str, int], list[tuple[float, float]]]:
+  """{(other settings, seed): [(x, y), ...]} of the finished points with a positive y."""
+  per: dict[tuple[str, int], list[tuple[float, float]]] = {}
+  for r in results:
+    if r["status"] != "ok" or x_field not in r["overrides"]:
+      continue
+    others = ",".join(f"{short_name(k)}={format_value(v)}" for k, v in r["overrides"].items() if k != x_field)
+    y = metric_value(r["metrics"], y_spec)
+    if math.isfinite(y) and y > 0:
+      per.setdefault((others or "all", r["seed"]), []).append((float(r["overrides"][x_field]), y))
+  return per
+
+
+def cell(mean: float, std: float, n: int) -> str:
+  if n == 0:
+    return "-"
+  # Small values (relative updates, ~1e-3) keep their significant digits.
+  spec = ".2e" if 0 < abs(mean) < 0.01 else (".3f" if abs(mean) < 100 else ".1f")
+  return f"{mean:{spec}} ± {std:{spec}}" if n > 1 else f"{mean:{spec}}"

@@ -1,0 +1,82 @@
+"""Evaluation of a run: the loss of a split and the BLEU of its decoding, on a mesh.
+
+The training loop logs both (`bleu_every_steps` for BLEU); `evaluate_workdir` does the same
+for any checkpoint of a finished run (scripts/evaluate.py), with the step that training uses
+(`steps.build_steps`), so its eval loss is the one training logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from transformer.data import pipeline
+from transformer.inference import evaluation, lines, loading
+from transformer.inference.decoding import DecodeConfig
+from transformer.training import sharding, steps
+
+EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
+
+
+def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,
+                      mesh: jax.sharding.Mesh,
+                      config: DecodeConfig = DecodeConfig()) -> evaluation.DecodedSplit:
+  """`evaluation.decode_split` over `datasets.eval_batches()` on a mesh (any process count).
+
+  Each process places its rows of each global batch; every process gets the whole batch's
+  outputs back, so each computes the same corpus BLEU.
+  """
+  return evaluation.decode_split(
+      model, params, datasets.eval_batches(), datasets.decode_ids, config,
+      place=lambda b: sharding.global_batch(b, mesh),
+      fetch=lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)))
+
+
+def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
+                     config: DecodeConfig = DecodeConfig(), batch_size: Optional[int] = None,
+                     tfds_data_dir: Optional[str] = None, decode: bool = True) -> dict[str, Any]:
+  """Loss, perplexity and token accuracy on the eval split; for a seq2seq model also BLEU and
+  exact-sequence accuracy of `config`'s decoding. Writes WORKDIR/eval/<step>/results.json,
+  and hypotheses.txt / references.txt / sources.txt (one example a line) that
+  `sacrebleu references.txt -i hypotheses.txt` scores as `results['bleu']`."""
+  loaded = loading.load(workdir, step)
+  exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
+  if tfds_data_dir:
+    exp.tfds_data_dir = tfds_data_dir
+  mesh = sharding.make_mesh()
+  devices = mesh.devices.size
+  exp.batch_size = -(-(batch_size or exp.batch_size) // devices) * devices  # splits evenly
+  try:
+    datasets = pipeline.get_datasets(exp, workdir=workdir)
+  except (ValueError, FileNotFoundError) as e:
+    raise loading.InferenceError(
+        f"The eval data of {workdir} cannot be read ({' '.join(str(e).split())}).") from None
+  params = jax.device_put(loaded.params, sharding.replicated(mesh))
+  built = steps.build_steps(exp, loaded.model, mesh)
+  results: dict[str, Any] = {"workdir": workdir, "step": loaded.step, "split": "eval"}
+  results.update(steps.evaluate(built.eval, params, datasets.eval_batches(), mesh))
+  out_dir = os.path.join(workdir, EVAL_DIR, str(loaded.step))
+  os.makedirs(out_dir, exist_ok=True)
+  if decode and not loaded.is_lm:
+    decoded = decode_eval_split(loaded.model, params, datasets, mesh, config)
+    results.update(decoded.metrics())
+    results["bleu_signature"] = decoded.bleu.signature
+    results["decode"] = dataclasses.asdict(config)
+    for name, texts in (("hypotheses", decoded.hypotheses), ("references", decoded.references),
+                        ("sources", decoded.sources)):
+      lines.write_lines(os.path.join(out_dir, f"{name}.txt"), texts)
+  path = os.path.join(out_dir, "results.json")
+  with open(path + ".tmp", "w") as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+    f.write("\n")
+  os.replace(path + ".tmp", path)
+  results["results_file"] = path
+  return results
