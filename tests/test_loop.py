@@ -120,8 +120,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
       import jax
       assert jax.device_count() == 1
       from transformer import checkpoint
-      from transformer.models import Transformer
-      from transformer.training import steps
+      from transformer.models import Transformer, apply_model
       params, cfg = checkpoint.load_params({str(workdir)!r})
       inputs, targets = np.load({str(tmp_path / 'batch.npy')!r})
       logits = apply_model(Transformer(cfg), params, {{"inputs": inputs, "targets": targets}})
