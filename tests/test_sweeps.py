@@ -1,4 +1,4 @@
-"""transformer/sweeps.py and scripts/sweep.py: grid expansion, resume, aggregation, errors."""
+"""transformer/research/sweeps/ and scripts/sweep.py: grid expansion, resume, aggregation, errors."""
 
 import json
 import math
