@@ -10,19 +10,29 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import fcntl  # noqa: E402
 import pathlib  # noqa: E402
 
 import jax  # noqa: E402  (after XLA_FLAGS)
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# A small text corpus: paragraphs of two lines each, shared by the text-data tests.
+PARAGRAPHS = [f"Paragraph {i} first line,\nand its second line {i * 7}." for i in range(40)]
 
 
 @pytest.fixture(scope="session")
 def devices():
   assert jax.device_count() == 8, "tests expect 8 forced CPU devices (see conftest.py)"
   return jax.devices()
+
+
+@pytest.fixture(scope="session")
+def mesh(devices):
+  """The 8 devices as one data-parallel axis, 'data'."""
+  return jax.sharding.Mesh(np.array(devices), ("data",))
 
 
 def tiny_experiment(tfds_data_dir: str):
@@ -54,3 +64,41 @@ def tfds_dir(tmp_path_factory):
 @pytest.fixture
 def tiny_config(tfds_dir):
   return tiny_experiment(tfds_dir)
+
+
+def write_file(path: pathlib.Path, content: str | bytes) -> str:
+  """Writes content (UTF-8 text or raw bytes) to path, making its folders; returns the path."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if isinstance(content, bytes):
+    path.write_bytes(content)
+  else:
+    path.write_text(content, encoding="utf-8")
+  return str(path)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+  """tmp_path with books/a.txt (25 of PARAGRAPHS) and books/b.txt (the other 15)."""
+  write_file(tmp_path / "books" / "a.txt", "\n\n".join(PARAGRAPHS[:25]) + "\n")
+  write_file(tmp_path / "books" / "b.txt", "\n\n".join(PARAGRAPHS[25:]))
+  return tmp_path
+
+
+@pytest.fixture(scope="session")
+def decode_run(tmp_path_factory, tfds_dir, worker_id):
+  """A seconds-long seq2seq run, with BLEU on the eval split every 5 steps; trained once per
+  session even when pytest-xdist workers share its users (they share its directory).
+  test_lines, test_loading and test_evaluate decode it."""
+  shared = tmp_path_factory.getbasetemp()
+  shared = shared if worker_id == "master" else shared.parent  # the session's, not the worker's
+  path = shared / "decode_run"
+  with open(shared / "decode_run.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits for the run, then reuses it
+    if not (path / "trained").exists():
+      config = tiny_experiment(tfds_dir)
+      config.bleu_every_steps = 5
+      config.num_decode_examples = 2
+      from transformer.training import loop  # here: most tests need no training code
+      loop.train_and_evaluate(config, str(path))
+      (path / "trained").touch()
+  return str(path)

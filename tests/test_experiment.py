@@ -47,7 +47,6 @@ def test_bad_values():
 def test_configs_build_their_models(name):
   config = experiment.load_config(str(REPO / "configs" / f"{name}.py"))
   cfg = experiment.model_config(config, vocab_size=35)
-  from transformer.training import loop
   model = experiment.build_model(config, cfg)
   shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
                           *([jax.ShapeDtypeStruct((1, 8), "int32")] *

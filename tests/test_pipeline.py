@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer.data import pipeline, synthetic
+from transformer.data import pipeline
 from transformer.token_ids import EOS_ID
 from transformer.data.pipeline import Sources
 from transformer.data.tokenizer import SyntheticTokenizer

@@ -1,36 +1,17 @@
-"""Text corpora: local TFDS builders, standard TFDS names under mock_data, one config line, errors."""
+"""Text datasets: standard TFDS names under mock_data, one config line switches, errors."""
 
 import contextlib
 import logging
 import os
-import time
 
 import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from conftest import REPO
+from conftest import PARAGRAPHS, REPO, write_file
 from transformer.data import pipeline, text
 from transformer.training.experiment import load_config
-
-PARAGRAPHS = [f"Paragraph {i} first line,\nand its second line {i * 7}." for i in range(40)]
-
-
-def _write(path, content, mode="w"):
-  path.parent.mkdir(parents=True, exist_ok=True)
-  if isinstance(content, bytes):
-    path.write_bytes(content)
-  else:
-    path.write_text(content, encoding="utf-8")
-  return str(path)
-
-
-@pytest.fixture
-def corpus(tmp_path):
-  _write(tmp_path / "books" / "a.txt", "\n\n".join(PARAGRAPHS[:25]) + "\n")
-  _write(tmp_path / "books" / "b.txt", "\n\n".join(PARAGRAPHS[25:]))
-  return tmp_path
 
 
 def _config(name, tmp_path, **overrides):
@@ -42,65 +23,6 @@ def _config(name, tmp_path, **overrides):
   config.eval_fraction = 0.1
   config.update(overrides)
   return config
-
-
-def _docs(builder, split):
-  return sorted(ex["text"].decode() for ex in builder.as_data_source(split))
-
-
-def test_text_files_documents_held_out_split_and_origins(corpus):
-  files = str(corpus / "books" / "*.txt")
-  builder = text.build_local("text_files", str(corpus / "tfds"), data_files=files,
-                             eval_fraction=0.1)
-  train, validation = _docs(builder, "train"), _docs(builder, "validation")
-  assert len(validation) == 4 and not set(train) & set(validation)
-  assert sorted(train + validation) == sorted(PARAGRAPHS)
-  origins = {ex["text"].decode(): ex["origin"].decode()
-             for ex in builder.as_data_source("train")}
-  assert origins.get(PARAGRAPHS[1], f"{corpus}/books/a.txt:4") == f"{corpus}/books/a.txt:4"
-  # Deterministic: the same files and seed give the same split; lines make more documents.
-  again = text.build_local("text_files", str(corpus / "tfds"), data_files=files,
-                           eval_fraction=0.1)
-  assert again.data_path == builder.data_path and _docs(again, "validation") == validation
-  lines = text.build_local("text_files", str(corpus / "tfds"), data_files=files,
-                           text_split="line", eval_fraction=0.1)
-  assert len(lines.as_data_source("train")) + len(lines.as_data_source("validation")) == 80
-
-
-def test_changed_files_rebuild_unchanged_files_do_not(corpus):
-  files = str(corpus / "books" / "*.txt")
-  first = text.build_local("text_files", str(corpus / "tfds"), data_files=files)
-  stamp = {p.name: os.stat(p).st_mtime_ns for p in first.data_path.iterdir()}
-  same = text.build_local("text_files", str(corpus / "tfds"), data_files=files)
-  assert {p.name: os.stat(p).st_mtime_ns for p in same.data_path.iterdir()} == stamp
-  time.sleep(0.01)
-  _write(corpus / "books" / "b.txt", "\n\n".join(PARAGRAPHS[25:] + ["A new paragraph."]))
-  changed = text.build_local("text_files", str(corpus / "tfds"), data_files=files)
-  assert changed.data_path != first.data_path
-  assert "A new paragraph." in _docs(changed, "train") + _docs(changed, "validation")
-
-
-def test_parallel_text_from_tsv_and_from_two_files(tmp_path):
-  pairs = [(f"quelle {i} ü", f"target {i}") for i in range(30)]
-  tsv = _write(tmp_path / "c.tsv", "".join(f"{s}\t{t}\n" for s, t in pairs))
-  src = _write(tmp_path / "c.de", "".join(f"{s}\n" for s, _ in pairs))
-  tgt = _write(tmp_path / "c.en", "".join(f"{t}\n" for _, t in pairs))
-  for files in (tsv, f"{src},{tgt}"):
-    builder = text.build_local("parallel_text", str(tmp_path / "tfds"), data_files=files,
-                               eval_fraction=0.1)
-    got = sorted((ex["source"].decode(), ex["target"].decode())
-                 for split in ("train", "validation") for ex in builder.as_data_source(split))
-    assert got == sorted(pairs) and len(builder.as_data_source("validation")) == 3
-
-
-def test_invalid_utf8_is_replaced_counted_and_warned(tmp_path, caplog):
-  path = _write(tmp_path / "bad.txt", b"good line\nbad \xff\xfe line\nok\n\xc3\n")
-  with caplog.at_level(logging.WARNING):
-    lines = text.read_lines(path)
-  assert lines == ["good line", "bad \ufffd\ufffd line", "ok", "\ufffd"]
-  (record,) = [r.getMessage() for r in caplog.records if "UTF-8" in r.getMessage()]
-  assert f"{path}: 2 line(s) held invalid UTF-8 (first: line 2), replaced by U+FFFD" in record
-  assert "re-encode the file as UTF-8" in record
 
 
 @pytest.mark.parametrize("dataset,overrides,error,message", [
@@ -134,11 +56,11 @@ def test_invalid_utf8_is_replaced_counted_and_warned(tmp_path, caplog):
 def test_bad_input_gives_one_clear_message(tmp_path, dataset, overrides, error, message):
   d = str(tmp_path)
   (tmp_path / "emptydir").mkdir()
-  _write(tmp_path / "empty.txt", "")
-  _write(tmp_path / "a.de", "eins\nzwei\ndrei\n")
-  _write(tmp_path / "a.en", "one\ntwo\n")
-  _write(tmp_path / "bad.tsv", "eins\tone\nzwei two\n")
-  _write(tmp_path / "one.txt", "\n\n".join(PARAGRAPHS))
+  write_file(tmp_path / "empty.txt", "")
+  write_file(tmp_path / "a.de", "eins\nzwei\ndrei\n")
+  write_file(tmp_path / "a.en", "one\ntwo\n")
+  write_file(tmp_path / "bad.tsv", "eins\tone\nzwei two\n")
+  write_file(tmp_path / "one.txt", "\n\n".join(PARAGRAPHS))
   config = _config("lm" if dataset != "parallel_text" else "translate", tmp_path,
                    dataset=dataset)
   for k, v in overrides.items():
@@ -155,7 +77,7 @@ def test_a_bad_file_loses_nothing_already_trained(tmp_path):
   saved = {"checkpoints/100/state": b"trained", "tokenizer.json": b'{"type": "bytes"}',
            "config.json": b"{}"}
   for name, data in saved.items():
-    _write(workdir / name, data)
+    write_file(workdir / name, data)
   config = _config("lm", tmp_path, data_files=str(tmp_path / "moved.txt"))
   with pytest.raises(FileNotFoundError, match="moved.txt"):
     loop.train_and_evaluate(config, str(workdir))
@@ -165,7 +87,7 @@ def test_a_bad_file_loses_nothing_already_trained(tmp_path):
 
 def test_long_lines_are_truncated_counted_and_named(tmp_path, caplog):
   lines = [f"short {i}" for i in range(10)] + ["x" * 100] + [f"tiny {i}" for i in range(9)]
-  _write(tmp_path / "long.txt", "\n".join(lines))
+  write_file(tmp_path / "long.txt", "\n".join(lines))
   config = _config("lm", tmp_path, dataset="text_files", data_files=str(tmp_path / "long.txt"),
                    text_split="line", packing="none", eval_fraction=0.5, max_len=16)
   datasets = pipeline.get_datasets(config, process_index=0, process_count=1)
@@ -203,7 +125,7 @@ SWITCH = [("lm", "synthetic"), ("lm", "text_files"), ("translate", "parallel_tex
 
 @pytest.mark.parametrize("name,dataset", SWITCH)
 def test_one_config_line_switches_the_dataset(tmp_path, monkeypatch, corpus, name, dataset):
-  _write(tmp_path / "c.tsv", "".join(f"quelle {i}\tziel {i}\n" for i in range(20)))
+  write_file(tmp_path / "c.tsv", "".join(f"quelle {i}\tziel {i}\n" for i in range(20)))
   files = {"text_files": str(corpus / "books"), "parallel_text": str(tmp_path / "c.tsv")}
   config = _config(name, tmp_path, dataset=dataset, data_files=files.get(dataset))
   config.text_split = "line" if dataset == "tiny_shakespeare" else config.text_split
@@ -236,7 +158,7 @@ def test_translation_direction_follows_the_config(tmp_path, monkeypatch):
     (batch,) = datasets.eval_batches()
   decode = datasets.tokenizer.decode  # bytes: exact
   got = [(decode(batch["inputs"][i]), decode(batch["targets"][i])) for i in range(5)]
-  assert got == [(text._as_str(s), text._as_str(t)) for s, t in expected]
+  assert got == [(text.as_str(s), text.as_str(t)) for s, t in expected]
 
 
 def test_packed_text_lm_resumes_exactly_and_reuses_its_tokenizer(tmp_path):
@@ -247,7 +169,7 @@ def test_packed_text_lm_resumes_exactly_and_reuses_its_tokenizer(tmp_path):
   rng = np.random.default_rng(0)
   words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 8)))
            for _ in range(300)]
-  _write(tmp_path / "words.txt", "\n\n".join(" ".join(rng.choice(words, rng.integers(5, 30)))
+  write_file(tmp_path / "words.txt", "\n\n".join(" ".join(rng.choice(words, rng.integers(5, 30)))
                                              for _ in range(200)))
   config = _config("lm", tmp_path, dataset="text_files", data_files=str(tmp_path / "words.txt"),
                    packing="concat", batch_size=8, num_train_steps=6, warmup_steps=2,

@@ -8,7 +8,8 @@ from transformer.data.pipeline import (SOURCES, Datasets, Sources, get_datasets,
                                        measure_throughput)
 from transformer.data.synthetic import (TASKS, build_synthetic, to_text,
                                         vocab_size_for)
-from transformer.data.text import STANDARD, TokenizedSource, build_local
+from transformer.data.local_corpora import build_local
+from transformer.data.text import STANDARD, TokenizedSource
 from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
                                         SyntheticTokenizer, Tokenizer, load_tokenizer,
                                         train_sentencepiece)

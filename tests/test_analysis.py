@@ -1,4 +1,4 @@
-"""scripts/analyze.py on a tiny trained run: the files it writes and their keys."""
+"""research.analysis through scripts/analyze.py on a tiny trained run: the files it writes."""
 
 import json
 import os

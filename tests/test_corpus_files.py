@@ -1,0 +1,83 @@
+"""Corpus files: resolving patterns, reading lines, cutting documents, pairs, holding out."""
+
+import logging
+
+import pytest
+
+from conftest import PARAGRAPHS, write_file
+from transformer.data import corpus_files
+
+
+def test_invalid_utf8_is_replaced_counted_and_warned(tmp_path, caplog):
+  path = write_file(tmp_path / "bad.txt", b"good line\nbad \xff\xfe line\nok\n\xc3\n")
+  with caplog.at_level(logging.WARNING):
+    lines = corpus_files.read_lines(path)
+  assert lines == ["good line", "bad \ufffd\ufffd line", "ok", "\ufffd"]
+  (record,) = [r.getMessage() for r in caplog.records if "UTF-8" in r.getMessage()]
+  assert f"{path}: 2 line(s) held invalid UTF-8 (first: line 2), replaced by U+FFFD" in record
+  assert "re-encode the file as UTF-8" in record
+
+
+def test_crlf_line_ends_and_a_missing_final_newline_read_alike(tmp_path):
+  unix = write_file(tmp_path / "unix.txt", "one\ntwo\n")
+  dos = write_file(tmp_path / "dos.txt", b"one\r\ntwo")
+  assert corpus_files.read_lines(unix) == corpus_files.read_lines(dos) == ["one", "two"]
+
+
+def test_documents_are_paragraphs_or_lines_with_their_first_line_as_origin(tmp_path):
+  path = write_file(tmp_path / "d.txt", "a1\na2\n\n\nb1\n  \nc1\nc2\nc3\n")
+  assert corpus_files.documents(path, "paragraph") == [
+      ("a1\na2", f"{path}:1"), ("b1", f"{path}:5"), ("c1\nc2\nc3", f"{path}:7")]
+  assert corpus_files.documents(path, "line") == [
+      ("a1", f"{path}:1"), ("a2", f"{path}:2"), ("b1", f"{path}:5"), ("c1", f"{path}:7"),
+      ("c2", f"{path}:8"), ("c3", f"{path}:9")]
+  with pytest.raises(ValueError, match="text_split='words' is not one of"):
+    corpus_files.documents(path, "words")
+
+
+def test_resolve_files_takes_globs_directories_and_lists_in_order(corpus):
+  books = corpus / "books"
+  write_file(books / ".hidden", "not a document")
+  expected = [str(books / "a.txt"), str(books / "b.txt")]
+  assert corpus_files.resolve_files(str(books)) == expected  # hidden files left out
+  assert corpus_files.resolve_files(f"{books}/*.txt") == expected
+  assert corpus_files.resolve_files(f"{books}/b.txt, {books}/a.txt") == expected[::-1]
+
+
+def test_parallel_pairs_skip_half_empty_pairs_with_a_warning(tmp_path, caplog):
+  tsv = write_file(tmp_path / "p.tsv", "eins\tone\n\t\nzwei\t\ndrei\tthree\n")
+  with caplog.at_level(logging.WARNING):
+    pairs = corpus_files.parallel_pairs([tsv])
+  assert pairs == [("eins", "one", f"{tsv}:1"), ("drei", "three", f"{tsv}:4")]
+  (warning,) = [r.getMessage() for r in caplog.records if "empty side" in r.getMessage()]
+  assert f"1 pair(s) with an empty side were skipped (first: {tsv}:3)" in warning  # 2 is blank
+
+
+def test_hold_out_is_seeded_and_drops_train_copies_of_held_out_text():
+  docs = [(p, f"f:{i}") for i, p in enumerate(PARAGRAPHS)] + [(PARAGRAPHS[0], "f:copy")]
+  train, validation = corpus_files.hold_out(docs, lambda d: d[0], 0.1, seed=3, name="f")
+  assert (train, validation) == corpus_files.hold_out(docs, lambda d: d[0], 0.1, 3, "f")
+  assert len(validation) == 4  # round(41 * 0.1)
+  held = {d[0] for d in validation}
+  assert not held & {d[0] for d in train}
+  assert len(train) == len(docs) - 4 - sum(d[0] in held for d in docs if d not in validation)
+  assert validation != corpus_files.hold_out(docs, lambda d: d[0], 0.1, 4, "f")[1]
+
+
+@pytest.mark.parametrize("docs,fraction,message", [
+    (["x"], 0.1, "f holds 1 document(s), too few for a train and a validation split"),
+    (["x", "y"], 1.0, "eval_fraction=1.0 must be in (0, 1)"),
+    (["x", "x", "x"], 0.1, "f: every document equals a held-out one, so train is empty"),
+])
+def test_hold_out_errors_say_what_to_change(docs, fraction, message):
+  with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    corpus_files.hold_out(docs, lambda d: d, fraction, 0, "f")
+
+
+def test_fingerprint_changes_with_contents_and_options(tmp_path):
+  path = write_file(tmp_path / "f.txt", "one\n")
+  first = corpus_files.fingerprint([path], text_split="line")
+  assert corpus_files.fingerprint([path], text_split="line") == first
+  assert corpus_files.fingerprint([path], text_split="paragraph") != first
+  write_file(tmp_path / "f.txt", "one more\n")  # a new size
+  assert corpus_files.fingerprint([path], text_split="line") != first

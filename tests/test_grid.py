@@ -1,0 +1,81 @@
+"""Sweep grids: expansion of axes and seeds, point configs, one-line errors, shipped sweeps."""
+
+import os
+
+import pytest
+
+from transformer.research import sweeps
+from transformer.research.sweeps import Sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {"num_train_steps": 4, "log_every_steps": 2, "eval_every_steps": 4,
+        "checkpoint_every_steps": 4, "diagnostics_every_steps": 2, "synthetic.num_train": 128,
+        "synthetic.num_eval": 32, "batch_size": 16, "model.d_model": 32, "model.d_ff": 64,
+        "model.num_decoder_layers": 1, "async_checkpoints": False}
+
+
+def tiny_sweep(**kw) -> Sweep:
+  fields = dict(name="t", question="q?", base=os.path.join(REPO, "configs/default.py"),
+                axes=({"model.embed_scale": ["sqrt_d", "none"]},), seeds=(0,), fixed=TINY,
+                metrics=("eval/nll", "init/decoder/embed/ratio"),
+                curves=("eval/nll", "diagnostics/decoder/embed/ratio"))
+  fields.update(kw)
+  return Sweep(**fields)
+
+
+def test_expand_zips_within_an_axis_and_crosses_axes():
+  sweep = tiny_sweep(axes=({"model.d_model": [32, 64], "model.d_ff": [128, 256]},
+                       {"learning_rate": [1e-3, 3e-3, 1e-2]}), seeds=(0, 1))
+  points = sweeps.expand(sweep)
+  assert len(points) == 2 * 3 * 2
+  assert {dict(p.overrides)["model.d_ff"] // dict(p.overrides)["model.d_model"]
+          for p in points} == {4}
+  assert len({p.name for p in points}) == len(points)
+  assert len({p.group for p in points}) == 6
+  config = sweeps.point_config(sweep, points[-1])
+  assert (config.model.d_model, config.model.d_ff, config.learning_rate, config.seed) == (
+      64, 256, 1e-2, 1)
+  assert config.num_train_steps == 4  # fixed applied
+
+
+def test_model_scale_fields_take_numbers():
+  sweep = tiny_sweep(axes=({"model.embed_init_std": [1.0, "inv_sqrt_d"]},))
+  configs = [sweeps.point_config(sweep, p) for p in sweeps.expand(sweep)]
+  assert [c.model.embed_init_std for c in configs] == ["1.0", "inv_sqrt_d"]
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(axes=({"model.d_model": [32, 64], "model.d_ff": [128]},)), "equally many"),
+    (dict(axes=({"model.no_such_field": [1]},)), "no field 'model.no_such_field'"),
+    (dict(fixed={"nope": 1}), "no field 'nope'"),
+    (dict(seeds=()), "no seeds"),
+    (dict(base="configs/missing.py"), "is not a file"),
+])
+def test_malformed_sweeps_are_one_line_errors(kw, message):
+  with pytest.raises(ValueError, match=message):
+    sweeps.check_sweep(tiny_sweep(**kw))
+
+
+def test_load_sweep_errors(tmp_path):
+  with pytest.raises(ValueError, match="does not exist"):
+    sweeps.load_sweep(str(tmp_path / "none.py"))
+  bad = tmp_path / "bad.py"
+  bad.write_text("X = 1\n")
+  with pytest.raises(ValueError, match="no get_sweep"):
+    sweeps.load_sweep(str(bad))
+
+
+def test_every_shipped_sweep_loads_and_expands():
+  folder = os.path.join(REPO, "configs", "sweeps")
+  names = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
+  assert len(names) >= 7
+  cwd = os.getcwd()
+  os.chdir(REPO)
+  try:
+    for name in names:
+      sweep = sweeps.load_sweep(os.path.join(folder, name))
+      points = sweeps.expand(sweep)
+      assert len(sweep.seeds) >= 3 and len(points) >= 3 * len(sweep.seeds) // len(sweep.seeds)
+      sweeps.point_config(sweep, points[0])
+  finally:
+    os.chdir(cwd)

@@ -1,0 +1,27 @@
+"""Loading a workdir for inference: every mistake is one clear line."""
+
+import os
+
+import pytest
+
+from transformer.data import tokenizer as tokenizers
+from transformer.inference import loading
+
+
+def test_mistakes_give_one_clear_line(decode_run, tmp_path):
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  with pytest.raises(loading.InferenceError, match="No config.json"):
+    loading.load(str(empty))
+  (empty / "config.json").write_text(open(os.path.join(decode_run, "config.json")).read())
+  with pytest.raises(loading.InferenceError, match="No checkpoints in") as e:
+    loading.load(str(empty))
+  assert "\n" not in str(e.value)
+  other = tokenizers.SyntheticTokenizer("reverse", 20)  # the run's task has 8 symbols
+  path = other.save(tmp_path / "tokenizer.json")
+  with pytest.raises(loading.InferenceError, match="has 23 ids but the checkpoint's model has "
+                     "vocab_size=11") as e:
+    loading.load(decode_run, tokenizer=path)
+  assert "\n" not in str(e.value)
+  with pytest.raises(loading.InferenceError, match="No checkpoint for step 7"):
+    loading.load(decode_run, step=7)

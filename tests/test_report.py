@@ -1,0 +1,38 @@
+"""Sweep reports: results.md, results.csv and plots rebuilt from stored per-point results."""
+
+import json
+import os
+
+import pytest
+
+from test_grid import tiny_sweep
+from test_stats import fake_result
+from transformer.research import sweeps
+from transformer.research.sweeps import plots
+
+
+def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
+  sweep = tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2),
+                 metrics=("eval/nll",), curves=(), fits=({"x": "model.head_dim", "y": "v"},))
+  results = [fake_result(8, s, {"eval/nll": 2.0 + s, "v": 8.0}) for s in (0, 1, 2)]
+  results += [fake_result(16, 0, {"eval/nll": 1.0, "v": 16.0}), fake_result(16, 1, {}, status="diverged")]
+  for r in results:
+    os.makedirs(tmp_path / "points" / r["name"])
+    (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  summary = sweeps.aggregate(sweep, str(tmp_path), command="CMD")
+  text = (tmp_path / "results.md").read_text()
+  assert "`CMD`" in text and "5 of 6 points finished" in text
+  assert "| 8 | 3 | 0 | 3.000 ± 1.000 |" in text
+  assert "| 16 | 2 | 1 | 1.000 |" in text
+  assert summary["fits"]["v vs model.head_dim"]["all"][0] == pytest.approx(1.0)
+  fit_plot = tmp_path / "plots" / "fit_v_vs_head_dim.png"
+  assert fit_plot.stat().st_size > 1000 and "](plots/fit_v_vs_head_dim.png)" in text
+  csv_text = (tmp_path / "results.csv").read_text().splitlines()
+  assert csv_text[0].startswith("head_dim,seeds,diverged,eval/nll mean")
+  assert csv_text[1] == "8,3,0,3,1,3"
+
+
+def test_plot_names_and_units():
+  assert plots.slug("max:final/a/head_*/x") == "max_final_a_head_all_x"
+  assert plots.unit("eval/nll") == "nats" and plots.unit("init/embed/ratio") == "dimensionless"
+  assert plots.unit("diagnostics/decoder/embed/token_rms") == "activation units"

@@ -1,0 +1,86 @@
+"""Running sweeps: resume after interruption, diverging points, length losses, point locks."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_grid import REPO, TINY, tiny_sweep
+from transformer.research import sweeps
+
+
+def test_interrupted_sweep_resumes_and_aggregates_from_results(tmp_path):
+  """A sweep stopped after its first point reruns only the rest; the tables rebuild alike."""
+  sweep = tiny_sweep()
+  workdir = str(tmp_path / "w")
+  first, second = sweeps.expand(sweep)
+  assert sweeps.run_sweep(sweep, workdir, only=[first.name]) == [first]  # "interrupted" here
+  result_file = os.path.join(sweeps.point_dir(workdir, first), sweeps.RESULT_FILE)
+  stamp = os.stat(result_file).st_mtime_ns
+  lines = sweeps.launch_lines(sweep, "S.py", workdir)
+  assert len(lines) == 2 and second.name in lines[0] and "--aggregate_only" in lines[1]
+
+  assert sweeps.run_sweep(sweep, workdir) == [second]
+  assert os.stat(result_file).st_mtime_ns == stamp
+  assert sweeps.run_sweep(sweep, workdir) == []
+
+  sweeps.aggregate(sweep, workdir, command="CMD")
+  table = open(os.path.join(workdir, "results.md")).read()
+  with open(result_file) as f:
+    stored = json.load(f)
+  assert stored["status"] == "ok"
+  # The paper's scale gives an input-embedding / PE ratio of sqrt(2) at init; none gives
+  # sqrt(2/d) (d = 32).
+  ratio = {r["group"]: r["metrics"]["init/decoder/embed/ratio"]
+           for r in sweeps.load_results(workdir)}
+  assert ratio["embed_scale=sqrt_d"] == pytest.approx(math.sqrt(2), rel=0.1)
+  assert ratio["embed_scale=none"] == pytest.approx(math.sqrt(2 / 32), rel=0.1)
+  for name in ("results.md", "results.csv"):
+    os.remove(os.path.join(workdir, name))
+  proc = subprocess.run(
+      [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--config=SWEEP",
+       f"--workdir={workdir}", "--aggregate_only"], capture_output=True, text=True, cwd=REPO)
+  assert proc.returncode != 0 and "error: Sweep file SWEEP does not exist" in proc.stderr
+  sweeps.aggregate(sweep, workdir, command="CMD")
+  assert open(os.path.join(workdir, "results.md")).read() == table
+  for plot in ("eval_nll.png", "diagnostics_decoder_embed_ratio.png"):
+    assert os.path.getsize(os.path.join(workdir, "plots", plot)) > 1000
+
+
+def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):
+  sweep = tiny_sweep(axes=({"learning_rate": [2e-3, 1e38]},), length_factors=(1, 2),
+                 fixed={**TINY, "model_type": "lm", "model.num_encoder_layers": 0,
+                        "max_len": 34, "model.max_len": 68},
+                 metrics=("eval/nll", "length_1x/loss", "length_2x/loss"))
+  sweeps.run_sweep(sweep, str(tmp_path))
+  by_lr = {r["overrides"]["learning_rate"]: r for r in sweeps.load_results(str(tmp_path))}
+  assert by_lr[1e38]["status"] == "diverged" and "Non-finite" in by_lr[1e38]["message"]
+  ok = by_lr[2e-3]
+  assert ok["status"] == "ok"
+  # Synthetic rows are shorter than max_len: longer rows only add padding, same tokens.
+  assert ok["metrics"]["length_2x/loss"] == pytest.approx(ok["metrics"]["length_1x/loss"], rel=1e-4)
+  # The loss is the training objective (label smoothing included) everywhere.
+  assert ok["metrics"]["length_1x/loss"] == pytest.approx(ok["metrics"]["eval/loss"], rel=1e-4)
+
+
+def test_a_point_locked_by_a_live_process_is_skipped(tmp_path):
+  sweep = tiny_sweep()
+  point = sweeps.expand(sweep)[0]
+  lock = sweeps.claim(str(tmp_path), point)
+  assert lock is not None and lock.is_locked
+  assert sweeps.claim(str(tmp_path), point) is None  # held by a live process (this one)
+  assert sweeps.run_sweep(sweep, str(tmp_path), only=[point.name]) == []
+  lock.release()  # as the OS does when the holding process dies
+  again = sweeps.claim(str(tmp_path), point)
+  assert again is not None
+  again.release()
+  # A process that took the lock and died without releasing it leaves it free.
+  path = os.path.join(sweeps.point_dir(str(tmp_path), point), sweeps.LOCK_FILE)
+  subprocess.run([sys.executable, "-c", "import filelock, os; "
+                  f"filelock.FileLock({path!r}).acquire(); os._exit(9)"], check=False)
+  taken = sweeps.claim(str(tmp_path), point)
+  assert taken is not None
+  taken.release()

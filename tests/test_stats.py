@@ -1,0 +1,39 @@
+"""Sweep statistics: metric patterns, means over seeds, log-log slopes, table cells."""
+
+import math
+
+import pytest
+
+from test_grid import tiny_sweep
+from transformer.research import sweeps
+from transformer.research.sweeps import Point, stats
+
+
+def test_metric_value_patterns():
+  m = {"final/a/head_0/x": 1.0, "final/a/head_1/x": 3.0, "final/b": float("nan")}
+  assert sweeps.metric_value(m, "final/a/head_*/x") == 2.0
+  assert sweeps.metric_value(m, "max:final/a/head_*/x") == 3.0
+  assert math.isnan(sweeps.metric_value(m, "final/b"))
+  assert math.isnan(sweeps.metric_value(m, "missing"))
+
+
+def fake_result(group_value, seed, metrics, status="ok"):
+  point = Point((("model.head_dim", group_value),), seed)
+  return {"name": point.name, "group": point.group, "overrides": dict(point.overrides),
+          "seed": seed, "status": status, "metrics": metrics, "curves": {}}
+
+
+def test_fit_slopes_recovers_a_power_law():
+  sweep = tiny_sweep(axes=({"model.head_dim": [8, 16, 32]},), seeds=(0, 1))
+  results = [fake_result(x, s, {"y": (1 + 0.1 * s) * x ** 2}) for x in (8, 16, 32) for s in (0, 1)]
+  slopes = sweeps.fit_slopes(sweep, results, "model.head_dim", "y")
+  mean, std, n = slopes["all"]
+  assert n == 2 and mean == pytest.approx(2.0) and std == pytest.approx(0.0, abs=1e-9)
+
+
+def test_mean_std_ignores_diverged_values_and_cells_keep_significant_digits():
+  assert stats.mean_std([1.0, 3.0, float("nan"), float("inf")]) == (2.0, math.sqrt(2), 2)  # sample std
+  assert stats.cell(*stats.mean_std([])) == "-"
+  assert stats.cell(2.0, 1.0, 2) == "2.000 ± 1.000" and stats.cell(2.0, 0.0, 1) == "2.000"
+  assert stats.cell(0.00123, 0.0001, 3) == "1.23e-03 ± 1.00e-04"
+  assert stats.cell(1234.5, 2.0, 2) == "1234.5 ± 2.0"

@@ -1,0 +1,169 @@
+"""Plain-text corpus files: resolving paths, reading lines, cutting documents, holding out.
+
+A document is a paragraph (lines up to a blank line) or a non-blank line (`TEXT_SPLITS`);
+a translation pair comes from a TSV line or from the same line of two aligned files. Each
+carries its origin 'FILE:LINE' for messages. Invalid UTF-8 is replaced by U+FFFD and counted,
+with a warning naming the file and its first such line.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from absl import logging
+
+TEXT_SPLITS = ("paragraph", "line")
+
+
+def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files") -> list[str]:
+  """Files of comma-separated paths, globs or directories (all their files), in order.
+
+  Raises FileNotFoundError naming the pattern when nothing matches, ValueError for an empty file.
+  """
+  if not patterns:
+    raise ValueError(f"config.{field} is not set; pass --config.{field}=FILE, a glob like "
+                     "'corpus/*.txt', or a comma-separated list.")
+  items = patterns.split(",") if isinstance(patterns, str) else list(patterns)
+  files: list[str] = []
+  for item in (i.strip() for i in items):
+    if not item:
+      continue
+    path = os.path.expanduser(item)
+    if os.path.isdir(path):
+      found = sorted(p for p in glob.glob(os.path.join(path, "*"))
+                     if os.path.isfile(p) and not os.path.basename(p).startswith("."))
+      if not found:
+        raise FileNotFoundError(f"Directory {item} (config.{field}) holds no files; put text "
+                                f"files in it or pass a glob like '{item.rstrip('/')}/*.txt'.")
+    else:
+      found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+      if not found:
+        raise FileNotFoundError(f"No file matches {item!r} (config.{field}); check the path, "
+                                "or pass an existing file or a glob like 'corpus/*.txt'.")
+    files += found
+  for f in files:
+    if os.path.getsize(f) == 0:
+      raise ValueError(f"File {f} (config.{field}) is empty; add text to it or leave it out of "
+                       f"config.{field}.")
+  return files
+
+
+def read_lines(path: str) -> list[str]:
+  """The lines of a text file (no line ends); invalid UTF-8 replaced by U+FFFD, counted, warned."""
+  with open(path, "rb") as f:
+    raw = f.read()
+  lines, bad, first_bad = [], 0, 0
+  for n, line in enumerate(raw.split(b"\n"), 1):
+    try:
+      text = line.decode("utf-8")
+    except UnicodeDecodeError:
+      text = line.decode("utf-8", errors="replace")
+      bad += 1
+      first_bad = first_bad or n
+    lines.append(text[:-1] if text.endswith("\r") else text)
+  if raw.endswith(b"\n"):
+    lines.pop()  # the empty string after the last newline is not a line
+  if bad:
+    logging.warning("%s: %d line(s) held invalid UTF-8 (first: line %d), replaced by U+FFFD; "
+                    "re-encode the file as UTF-8 to keep those characters.", path, bad, first_bad)
+  return lines
+
+
+def documents(path: str, text_split: str) -> list[tuple[str, str]]:
+  """(text, 'FILE:LINE') of each paragraph (blank-line separated) or non-blank line of a file."""
+  if text_split not in TEXT_SPLITS:
+    raise ValueError(f"text_split={text_split!r} is not one of {list(TEXT_SPLITS)}.")
+  return split_documents(read_lines(path), text_split, path)
+
+
+def split_documents(lines: Sequence[str], text_split: str, name: str) -> list[tuple[str, str]]:
+  """(text, 'NAME:LINE') of each paragraph or non-blank line of `lines` (1-based line numbers)."""
+  docs: list[tuple[str, str]] = []
+  block: list[str] = []
+  start = 0
+  for n, line in enumerate(list(lines) + [""], 1):
+    if not line.strip():
+      if block:
+        docs.append(("\n".join(block), f"{name}:{start}"))
+        block = []
+    elif text_split == "line":
+      docs.append((line, f"{name}:{n}"))
+    else:
+      start = start if block else n
+      block.append(line)
+  return docs
+
+
+def parallel_pairs(files: Sequence[str]) -> list[tuple[str, str, str]]:
+  """(source, target, 'FILE:LINE') from TSV files, or from two line-aligned files."""
+  if all(f.endswith(".tsv") for f in files):
+    pairs = []
+    for f in files:
+      for n, line in enumerate(read_lines(f), 1):
+        if not line.strip():
+          continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+          raise ValueError(f"{f} line {n} has {len(parts) - 1} TABs, not 1; write each line as "
+                           "source<TAB>target (or pass two line-aligned files 'SRC,TGT').")
+        pairs.append((parts[0], parts[1], f"{f}:{n}"))
+    return _drop_half_empty(pairs)
+  if len(files) != 2:
+    raise ValueError(f"parallel_text needs one or more .tsv files or exactly two line-aligned "
+                     f"files (source, target), got {len(files)}: {', '.join(files)}; pass "
+                     "--config.data_files=corpus.tsv or --config.data_files=train.de,train.en.")
+  source, target = read_lines(files[0]), read_lines(files[1])
+  if len(source) != len(target):
+    raise ValueError(f"{files[0]} has {len(source)} lines but {files[1]} has {len(target)}; the "
+                     "two parallel files must be line-aligned (one sentence pair per line).")
+  pairs = [(s, t, f"{files[0]}:{n}") for n, (s, t) in enumerate(zip(source, target), 1)
+           if s.strip() or t.strip()]
+  return _drop_half_empty(pairs)
+
+
+def _drop_half_empty(pairs: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+  kept = [p for p in pairs if p[0].strip() and p[1].strip()]
+  if len(kept) < len(pairs):
+    first = next(p for p in pairs if not (p[0].strip() and p[1].strip()))
+    logging.warning("parallel_text: %d pair(s) with an empty side were skipped (first: %s); "
+                    "fix or remove those lines to keep them.", len(pairs) - len(kept), first[2])
+  return kept
+
+
+def hold_out(docs: Sequence[Any], key: Callable[[Any], str], eval_fraction: float, seed: int,
+             name: str) -> tuple[list[Any], list[Any]]:
+  """(train, validation): a seeded eval_fraction of docs (>= 1); train loses their duplicates."""
+  if not 0 < eval_fraction < 1:
+    raise ValueError(f"eval_fraction={eval_fraction} must be in (0, 1); e.g. 0.01.")
+  if len(docs) < 2:
+    raise ValueError(f"{name} holds {len(docs)} document(s), too few for a train and a "
+                     "validation split; add text, use text_split='line', or pass eval_files.")
+  num_eval = min(len(docs) - 1, max(1, round(len(docs) * eval_fraction)))
+  chosen = set(np.random.default_rng(seed).permutation(len(docs))[:num_eval].tolist())
+  validation = [d for i, d in enumerate(docs) if i in chosen]
+  held = {key(d) for d in validation}
+  train = [d for i, d in enumerate(docs) if i not in chosen and key(d) not in held]
+  if len(train) + len(validation) < len(docs):
+    logging.info("%s: %d train document(s) equal to a validation document were dropped.", name,
+                 len(docs) - len(train) - len(validation))
+  if not train:
+    raise ValueError(f"{name}: every document equals a held-out one, so train is empty; add "
+                     "distinct text or pass eval_files.")
+  return train, validation
+
+
+def describe(files: Sequence[str]) -> str:
+  return files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more file(s)"
+
+
+def fingerprint(files: Sequence[str], **options: Any) -> str:
+  """A short hash of the files' paths, sizes and mtimes and the options: a changed file rebuilds."""
+  h = hashlib.sha1(repr(sorted(options.items())).encode())
+  for f in files:
+    st = os.stat(f)
+    h.update(f"{os.path.abspath(f)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+  return h.hexdigest()[:16]
