@@ -4,38 +4,23 @@ Writes DIR/plots/ (analysis.md, analysis.json, PNG plots); the work is
 `transformer.research.analysis.analyze`.
 """
 
-from __future__ import annotations
-
-import sys
-from typing import Any, Sequence
-
 from absl import app, flags
 
+from transformer import errors
 from transformer.research import analysis
 
-
-def _define_flags() -> flags.FlagValues:
-  # Own FlagValues: importing this module (tests) never clashes with scripts/train.py's flags.
-  fv = flags.FlagValues()
-  flags.DEFINE_string("workdir", None, "A training workdir (config.json, checkpoints/).",
-                      flag_values=fv)
-  flags.DEFINE_integer("step", None, "Checkpoint step; default: the newest.", flag_values=fv)
-  flags.DEFINE_integer("num_batches", analysis.NUM_BATCHES, "Held-out batches to average over.",
-                       flag_values=fv)
-  return fv
+_WORKDIR = flags.DEFINE_string("workdir", None, "A training workdir (config.json, checkpoints/).")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step; default: the newest.")
+_NUM_BATCHES = flags.DEFINE_integer("num_batches", analysis.NUM_BATCHES,
+                                    "Held-out batches to average over.", lower_bound=1)
+flags.mark_flags_as_required(["workdir"])
 
 
-def main(argv: Sequence[str]) -> dict[str, Any]:
-  """argv as sys.argv (argv[0] = program name); returns analysis.json's dict."""
-  fv = _define_flags()
-  fv(list(argv))
-  if not fv.workdir:
-    raise app.UsageError("--workdir is required: the training workdir to analyse.")
-  return analysis.analyze(fv.workdir, fv.step, fv.num_batches)
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  analysis.analyze(_WORKDIR.value, _STEP.value, _NUM_BATCHES.value)
 
 
 if __name__ == "__main__":
-  try:
-    main(sys.argv)
-  except (FileNotFoundError, ValueError, flags.Error, app.UsageError) as e:
-    sys.exit(f"error: {e}")
+  errors.run_script(main)

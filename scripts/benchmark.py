@@ -7,11 +7,11 @@ transformer/research/benchmarking.py.
 """
 
 import json
-import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
+from transformer import errors
 from transformer.research import benchmarking
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
@@ -30,7 +30,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   result = benchmarking.benchmark(
-      _CONFIG.value, _MODE.value, _STEPS.value, _REPEATS.value,
+      errors.config_of(_CONFIG), _MODE.value, _STEPS.value, _REPEATS.value,
       diagnostics_every=_DIAGNOSTICS_EVERY.value, decode_batch=_DECODE_BATCH.value,
       decode_tokens=_DECODE_TOKENS.value)
   text = json.dumps(result, indent=2)
@@ -41,7 +41,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  try:
-    app.run(main)
-  except (KeyError, AttributeError, ValueError) as e:
-    sys.exit(f"error: {e}")
+  errors.run_script(main)

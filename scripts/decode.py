@@ -10,10 +10,9 @@ line per input line, in order; an empty line gives an empty line. The work is
 `transformer.inference.lines.decode_file`.
 """
 
-import sys
-
 from absl import app, flags, logging
 
+from transformer import errors
 from transformer.inference import decoding, lines
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
@@ -23,7 +22,8 @@ _OUTPUT = flags.DEFINE_string("output", "-", "Output file ('-' = stdout).")
 _TOKENIZER = flags.DEFINE_string("tokenizer", None, "A tokenizer file instead of the workdir's.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Lines decoded together.")
 _MAX_INPUT_LEN = flags.DEFINE_integer("max_input_len", None,
-                                      "Longer inputs are truncated (default: the training rows).")
+                                      "Longer inputs are truncated (default: the training rows; at "
+                                      "most what the model's position table covers).")
 _PROMPT_EOS = flags.DEFINE_enum("prompt_eos", "auto", ["auto", "true", "false"],
                                 "lm: append EOS to each prompt (auto: for seq2seq-style data).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
@@ -36,14 +36,11 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if not flags.FLAGS["verbosity"].present:  # keep orbax's per-file INFO lines off the terminal
     logging.set_verbosity(logging.WARNING)
-  try:
-    prompt_eos = None if _PROMPT_EOS.value == "auto" else _PROMPT_EOS.value == "true"
-    lines.decode_file(_WORKDIR.value, _INPUT.value, _OUTPUT.value, config=_DECODE_CONFIG(),
-                      step=_STEP.value, tokenizer=_TOKENIZER.value, batch_size=_BATCH_SIZE.value,
-                      max_len=_MAX_INPUT_LEN.value, prompt_eos=prompt_eos, seed=_SEED.value)
-  except (ValueError, OSError) as e:  # InferenceError is a ValueError
-    sys.exit(f"error: {' '.join(str(e).split())}")
+  prompt_eos = None if _PROMPT_EOS.value == "auto" else _PROMPT_EOS.value == "true"
+  lines.decode_file(_WORKDIR.value, _INPUT.value, _OUTPUT.value, config=_DECODE_CONFIG(),
+                    step=_STEP.value, tokenizer=_TOKENIZER.value, batch_size=_BATCH_SIZE.value,
+                    max_len=_MAX_INPUT_LEN.value, prompt_eos=prompt_eos, seed=_SEED.value)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_script(main)

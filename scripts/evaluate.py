@@ -9,10 +9,10 @@ hypotheses.txt / references.txt beside results.json. Prints the results as JSON.
 """
 
 import json
-import sys
 
 from absl import app, flags, logging
 
+from transformer import errors
 from transformer.inference import decoding
 from transformer.training import evaluate
 
@@ -31,14 +31,11 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if not flags.FLAGS["verbosity"].present:  # keep orbax's per-file INFO lines off the terminal
     logging.set_verbosity(logging.WARNING)
-  try:
-    results = evaluate.evaluate_workdir(
-        _WORKDIR.value, step=_STEP.value, config=_DECODE_CONFIG(), batch_size=_BATCH_SIZE.value,
-        tfds_data_dir=_TFDS_DATA_DIR.value, decode=_DECODE.value)
-  except (ValueError, OSError) as e:  # InferenceError is a ValueError
-    sys.exit(f"error: {' '.join(str(e).split())}")
+  results = evaluate.evaluate_workdir(
+      _WORKDIR.value, step=_STEP.value, config=_DECODE_CONFIG(), batch_size=_BATCH_SIZE.value,
+      tfds_data_dir=_TFDS_DATA_DIR.value, decode=_DECODE.value)
   print(json.dumps(results, indent=2, sort_keys=True))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_script(main)

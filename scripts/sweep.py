@@ -9,10 +9,10 @@ results. Every point is an ordinary training run: scripts/analyze.py works on it
 The work is `transformer.research.sweeps.run_command`.
 """
 
-import sys
 
 from absl import app, flags
 
+from transformer import errors
 from transformer.research import sweeps
 
 _CONFIG = flags.DEFINE_string("config", None, "Sweep file (configs/sweeps/NAME.py).")
@@ -34,7 +34,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  try:
-    app.run(main)
-  except ValueError as e:
-    sys.exit(f"error: {e}")
+  errors.run_script(main)

@@ -11,6 +11,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from transformer import errors
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints, logs and config.json go.")
@@ -32,25 +34,17 @@ def main(argv):
   logging.get_absl_handler().addFilter(_OnlyOwnInfo())
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  # Imported here so that flag errors are reported before jax starts.
-  from transformer.training import loop, sharding
+  config = errors.config_of(_CONFIG)
+  # Imported here so that flag and config mistakes are reported before jax starts.
+  from transformer.training import experiment, loop, sharding
 
+  experiment.validate(config)  # before any process starts, any data or file is written
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  try:
-    final = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (loop.TrainingError, ValueError, FileNotFoundError) as e:
-    logging.error("%s", e)
-    sys.exit(f"error: {e}")
+  final = loop.train_and_evaluate(config, _WORKDIR.value)
   logging.info("final metrics: %s", final)
-
-
-def run():
-  try:
-    app.run(main)
-  except (KeyError, AttributeError, ValueError, TypeError) as e:  # config file / override mistakes
-    message = str(e).strip("'\"").replace("\\n", " ").replace("\n", " ")
-    sys.exit(f"error: bad --config or override: {message}")
+  if final.get("stopped_by") == "SIGINT":
+    sys.exit(errors.EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":
-  run()
+  errors.run_script(main)

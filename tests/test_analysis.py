@@ -2,13 +2,17 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import jax
 import numpy as np
+import pytest
 
 from conftest import REPO
+from transformer.errors import ConfigError, RunError
+from transformer.research import analysis
 from transformer.training import loop, writers
 
 
@@ -55,3 +59,16 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
   assert len(saved["attention"]["decoder/layer_0/cross_attention"]["entropy"]) == 2  # heads
   assert set(saved["embedding"]) == {"encoder", "decoder"}
   assert "ratio" in saved["embedding"]["encoder"]
+  # Where the analysis cannot be written, it says so before doing the work.
+  shutil.rmtree(plots)
+  with open(plots, "w") as f:
+    f.write("a file where the plots folder goes")
+  with pytest.raises(RunError, match=r"The analysis is written to .*/plots, which cannot be "
+                     "written"):
+    analysis.analyze(workdir, num_batches=1)
+
+
+def test_zero_batches_is_a_mistake_not_an_empty_eval_split():
+  with pytest.raises(ConfigError, match="num_batches=0 must be >= 1"):
+    analysis.analyze("/no/such/workdir", num_batches=0)
+

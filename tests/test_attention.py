@@ -9,6 +9,7 @@ import pytest
 
 from transformer import attention
 from transformer.config import ModelConfig
+from transformer.errors import ConfigError
 
 
 def reference_attention(q, k, v, mask=None, scale=None, softcap=None):
@@ -108,6 +109,14 @@ def _module_reference(cfg, params, x, kv, mask):
     scale = {"inv_sqrt_dk": dk ** -0.5, "inv_dk": 1 / dk, "none": 1.0}.get(mode, mode)
   out = reference_attention(q, k, v, mask, scale, cfg.attn_logit_softcap)
   return np.einsum("blhk,hkd->bld", out, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="cuDNN runs there")
+def test_cudnn_without_a_gpu_is_one_clear_line():
+  q = jnp.ones((1, 4, 2, 8))
+  with pytest.raises(ConfigError, match="attention_impl='cudnn' needs NVIDIA GPUs, and JAX runs "
+                     "on cpu; use 'xla' or 'einsum'."):
+    attention.dot_product_attention(q, q, q, implementation="cudnn")
 
 
 def test_attention_dropout_drops_weights():

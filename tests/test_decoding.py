@@ -10,7 +10,8 @@ import pytest
 from transformer.inference import decoding
 from transformer.config import ModelConfig
 from transformer.inference.decoding import DecodeConfig
-from transformer.models import DecoderOnly, Transformer
+from transformer.errors import ConfigError
+from transformer.models import DecoderOnly, Transformer, init_cache
 from transformer.token_ids import EOS_ID
 from transformer.training import steps as train_steps
 
@@ -193,6 +194,16 @@ def test_empty_rows_and_length_limits(seq2seq):
     assert np.all((tokens > 0).sum(1) <= count + config.extra_len)
     after_eos = np.cumsum(tokens == EOS_ID, axis=1) - (tokens == EOS_ID) > 0
     assert not tokens[after_eos].any() and not (tokens[:, :-1] == 0)[tokens[:, 1:] > 0].any()
+
+
+def test_inputs_past_the_position_table_are_refused(seq2seq, lm):
+  for model, params, _ in (seq2seq, lm):
+    too_long = np.ones((1, model.config.max_len + 1), np.int32)
+    with pytest.raises(ConfigError, match="max_len=24"):
+      decoding.decode(model, params, too_long, DecodeConfig(method="greedy"))
+    with pytest.raises(ConfigError, match="A cache of 25 positions exceeds the position table"):
+      init_cache(model, params, batch=1, length=25, encoded=jnp.zeros((1, 3, 32)),
+                 inputs=too_long[:, :3])
 
 
 def test_sampling(lm):

@@ -54,14 +54,28 @@ def test_evaluate_writes_results_and_its_bleu_is_the_sacrebleu_command_lines(dec
       sacrebleu_cli(os.path.join(out, "references.txt"), os.path.join(out, "hypotheses.txt")),
       abs=1e-6)
   assert len(open(os.path.join(out, "hypotheses.txt")).read().splitlines()) == 40
+  # Without decoding, the BLEU written beside hypotheses.txt for this step is kept.
+  again = evaluate.evaluate_workdir(decode_run, batch_size=12, decode=False)
+  assert again["bleu"] == results["bleu"] and again["loss"] == results["loss"]
+  assert json.load(open(os.path.join(out, "results.json")))["bleu"] == results["bleu"]
 
 
-def test_default_config_decodes_the_held_out_split_by_beam_search(tfds_dir, tmp_path):
+def test_main_job_shortened_learns_and_decodes_the_held_out_split_by_beam_search(tfds_dir,
+                                                                                tmp_path):
+  # configs/default.py itself, fewer steps: the README states the full run's figures.
   config = experiment.load_config(str(REPO / "configs" / "default.py"))
   config.tfds_data_dir = tfds_dir
   config.num_train_steps = SHORT_RUN_STEPS
   config.eval_every_steps = config.checkpoint_every_steps = SHORT_RUN_STEPS
-  loop.train_and_evaluate(config, str(tmp_path))
+  final = loop.train_and_evaluate(config, str(tmp_path))
+  assert final["step"] == SHORT_RUN_STEPS and final["eval"]["accuracy"] > 0.9, final["eval"]
+  records = read_metrics(str(tmp_path))
+  assert {"loss", "accuracy", "perplexity", "learning_rate", "grad_norm",
+          "tokens_per_sec"} <= set(records[0])
+  assert [r["step"] for r in records if r["split"] == "eval"] == [SHORT_RUN_STEPS]
+  assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+  saved = json.loads((tmp_path / "config.json").read_text())
+  assert saved["model"]["d_model"] == 64 and saved["experiment"]["num_train_steps"] == 600
   results = evaluate.evaluate_workdir(str(tmp_path))  # beam 4, alpha 0.6
   assert results["num_examples"] == 1000
   assert results["exact_match"] >= SHORT_RUN_MIN_EXACT, results

@@ -6,6 +6,7 @@ import jax
 import pytest
 
 from conftest import REPO
+from transformer.errors import ConfigError
 from transformer.training import experiment
 from transformer.training.schedules import paper_peak_learning_rate
 
@@ -63,3 +64,38 @@ def test_configs_build_their_models(name):
         512, 8, 2048, 6, 0.1)
   if name == "big":
     assert (cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout_rate) == (1024, 16, 4096, 0.3)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("log_every_steps", 0, "log_every_steps=0 must be an integer >= 1."),
+    ("eval_every_steps", 0, "eval_every_steps=0 must be an integer >= 1."),
+    ("grad_accum_steps", 0, "grad_accum_steps must be an integer >= 1"),
+    ("learning_rate", -1.0, "learning_rate must be a finite number > 0, got -1.0."),
+    ("tokenizer.train_examples", 0, "tokenizer.train_examples=0 must be an integer >= 1."),
+    ("bleu_every_steps", -5, "bleu_every_steps=-5 must be an integer >= 0 (0 = off)."),
+    ("model.embed_scale", "bogus", "ModelConfig.embed_scale='bogus' is not one of"),
+    ("model.max_len", 8, "Rows of max_len=17 tokens exceed the model's position table "
+                         "(model.max_len=8)"),
+])
+def test_validate_finds_each_mistake_before_anything_runs(field, value, message):
+  config = experiment.load_config(str(REPO / "configs" / "default.py"))
+  node, _, name = field.rpartition(".")
+  (config[node] if node else config)[name] = value
+  with pytest.raises(ConfigError) as e:
+    experiment.validate(config)
+  assert message in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["default", "base", "big", "lm", "lm_tiny", "translate"])
+def test_every_shipped_config_validates(name):
+  experiment.validate(experiment.load_config(str(REPO / "configs" / f"{name}.py")))
+
+
+def test_a_mistake_in_the_model_ends_the_run_before_the_workdir_is_written(tmp_path):
+  from transformer.training import loop
+  config = experiment.load_config(str(REPO / "configs" / "lm.py"))
+  config.update(dataset="text_files", data_files=str(REPO / "README.md"))
+  config.model.embed_scale = "bogus"
+  with pytest.raises(ConfigError, match="embed_scale='bogus'"):
+    loop.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()  # no tokenizer trained and saved there first

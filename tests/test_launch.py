@@ -170,8 +170,14 @@ def test_local_multiprocess_interrupt_stops_all(stub_train, tmp_path):
       assert proc.poll() is None, proc.communicate()
       assert time.monotonic() < deadline, "the processes never started"
       time.sleep(0.1)
+    # What the launcher does with SIGINT (caught, ignored, blocked), for the message if it hangs.
+    with open(f"/proc/{proc.pid}/status") as f:
+      state = [line.strip() for line in f if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=TIMEOUT)
+    try:
+      proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+      pytest.fail(f"the launcher did not stop on SIGINT; its signal state: {state}")
   finally:
     if proc.poll() is None:
       proc.kill()

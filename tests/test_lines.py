@@ -1,5 +1,6 @@
 """Lines in, lines out: order kept, empty lines empty, truncation counted; scripts/decode.py."""
 
+import io
 import logging
 import os
 import subprocess
@@ -7,6 +8,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from conftest import REPO
 from transformer.config import ModelConfig
@@ -15,6 +17,7 @@ from transformer.inference import decoding, loading
 from transformer.inference import lines as lines_io
 from transformer.inference.decoding import DecodeConfig
 from transformer.models import DecoderOnly
+from transformer.token_ids import UNK_ID
 
 
 def _script(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
@@ -75,3 +78,46 @@ def test_decode_script(decode_run):
   run = _script("evaluate.py", f"--workdir={decode_run}", "--step=3")
   assert run.returncode == 1
   assert run.stderr.strip().splitlines()[-1].startswith("error: No checkpoint for step 3")
+
+
+def test_inputs_past_the_position_table_are_refused_or_truncated_with_the_right_advice(
+    decode_run, caplog):
+  loaded = loading.load(decode_run)
+  limit = lines_io.model_input_limit(loaded)
+  assert limit == loaded.model_config.max_len == 9
+  with pytest.raises(loading.InferenceError, match=r"--max_input_len=40 is outside \[1, 9\]"):
+    lines_io.decode_lines(loaded, ["a b"], max_len=40)
+  with caplog.at_level(logging.WARNING):
+    lines_io.decode_lines(loaded, [" ".join("abcdefgh" * 2)], DecodeConfig(method="greedy"))
+  assert "the model's position table covers no more (max_len=9)" in caplog.text
+  assert "--max_input_len" not in caplog.text  # raising it cannot help
+
+
+def test_unknown_symbols_and_invalid_utf8_are_warned_about_with_their_line(
+    decode_run, tmp_path, caplog, monkeypatch):
+  loaded = loading.load(decode_run)
+  with caplog.at_level(logging.WARNING):
+    ids, _ = lines_io.encode_lines(loaded, ["a b", "a z b", "y"])
+  assert ids[1][1] == UNK_ID
+  assert "2 input line(s) held symbols the tokenizer lacks, read as UNK (first: line 2)" in (
+      caplog.text)
+  path = tmp_path / "in.txt"
+  path.write_bytes(b"a b\n\xff c\n")
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    assert lines_io.read_lines(str(path)) == ["a b", "\ufffd c"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xfe\nd e\n")))
+    assert lines_io.read_lines("-") == ["\ufffd", "d e"]
+  assert f"{path}: 1 line(s) held invalid UTF-8 (first: line 2)" in caplog.text
+  assert "<stdin>: 1 line(s) held invalid UTF-8 (first: line 1)" in caplog.text
+
+
+def test_an_unwritable_output_fails_before_any_work(tmp_path):
+  source = tmp_path / "in.txt"
+  source.write_text("a b\n")
+  # The workdir does not exist either: the output is checked first, before loading anything.
+  with pytest.raises(loading.InferenceError, match="Cannot write --output=.*/nodir/out.txt: "
+                     "the directory .*/nodir does not exist"):
+    lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "nodir" / "out.txt"))
+  with pytest.raises(loading.InferenceError, match="Cannot read --input="):
+    lines_io.decode_file(str(tmp_path / "no_run"), str(tmp_path / "missing.txt"))

@@ -1,10 +1,11 @@
 """The training loop in-process: the main job learns, devices agree, resume, damaged checkpoints,
 non-finite losses, and the mistakes a user can make."""
 
-import json
+import errno
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,31 +17,11 @@ import pytest
 from conftest import REPO
 from transformer import checkpoint
 from transformer.models import apply_model
-from transformer.training import experiment, loop, writers
-from transformer.training.experiment import load_config
+from transformer.training import experiment, loop, steps, writers
 
 
 def _losses(workdir):
   return [r["loss"] for r in writers.read_metrics(str(workdir), "train")]
-
-
-def test_main_job_shortened_learns_to_reverse(tfds_dir, tmp_path):
-  # configs/default.py itself, fewer steps and examples: the README states the full run's figure.
-  config = load_config(str(REPO / "configs" / "default.py"))
-  config.tfds_data_dir = tfds_dir
-  config.synthetic.update(num_train=4000, num_eval=200)
-  config.num_train_steps = 600
-  config.eval_every_steps = 600
-  config.checkpoint_every_steps = 600
-  final = loop.train_and_evaluate(config, str(tmp_path / "w"))
-  assert final["step"] == 600
-  assert final["eval"]["accuracy"] > 0.9, final["eval"]
-  records = writers.read_metrics(str(tmp_path / "w"))
-  assert {"loss", "accuracy", "perplexity", "learning_rate", "grad_norm", "tokens_per_sec"} <= set(records[0])
-  assert any(r["split"] == "eval" for r in records)
-  assert list((tmp_path / "w" / "tensorboard").glob("events.out.tfevents.*"))
-  saved = json.loads((tmp_path / "w" / "config.json").read_text())
-  assert saved["model"]["d_model"] == 64 and saved["experiment"]["num_train_steps"] == 600
 
 
 def test_eight_devices_and_one_device_train_alike(tiny_config, tmp_path, devices):
@@ -139,6 +120,7 @@ def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   tiny_config.dataset = "wmt99"
   with pytest.raises(ValueError, match="Unknown dataset 'wmt99'"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "b"))
+  assert not (tmp_path / "b").exists()  # a first attempt that failed leaves no empty workdir
   tiny_config.dataset = "synthetic"
   afile = tmp_path / "afile"
   afile.write_text("x")
@@ -149,3 +131,47 @@ def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   tiny_config.model.d_model = 48
   with pytest.raises(loop.TrainingError, match=r"different model .*d_model 32 -> 48.*allow_model_change"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+  tiny_config.model.d_model = 32
+  # The saved data position counts batches: another batch size would resume elsewhere.
+  tiny_config.batch_size = 32
+  with pytest.raises(loop.TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
+    loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+
+
+def test_a_workdir_whose_checkpoints_are_gone_is_not_restarted_over_its_history(tiny_config,
+                                                                                tmp_path):
+  workdir = tmp_path / "w"
+  tiny_config.checkpoint_every_steps = 3  # saves at 3, 6, 9 and 10: the history runs past 2 x 3
+  loop.train_and_evaluate(tiny_config, str(workdir))
+  for step_dir in (workdir / "checkpoints").iterdir():
+    shutil.rmtree(step_dir)
+  history = (workdir / writers.METRICS_FILE).read_bytes()
+  with pytest.raises(loop.TrainingError, match="holds metrics up to step 10 but no checkpoint"):
+    loop.train_and_evaluate(tiny_config, str(workdir))
+  assert (workdir / writers.METRICS_FILE).read_bytes() == history
+
+
+def test_an_error_inside_a_train_step_keeps_its_type_and_traceback(tiny_config, tmp_path,
+                                                                   monkeypatch):
+  build = steps.build_steps
+
+  def failing_build(*args, **kwargs):
+    def train(*a, **k):
+      raise TypeError("a bug inside the train step")
+    return build(*args, **kwargs)._replace(train=train)
+
+  monkeypatch.setattr(steps, "build_steps", failing_build)
+  with pytest.raises(TypeError, match="a bug inside the train step") as e:
+    loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
+  assert any(entry.name == "train" for entry in e.traceback)  # raised where it happened
+
+
+def test_a_full_disk_is_one_clear_sentence(tiny_config, tmp_path, monkeypatch):
+  def no_space(self, step, *args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device", f"checkpoints/{step}")
+
+  monkeypatch.setattr(checkpoint.Checkpointer, "save", no_space)
+  tiny_config.num_train_steps = 5
+  with pytest.raises(loop.TrainingError, match=r"^No space left on the disk of .*; free space "
+                     "and rerun the same command"):
+    loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))

@@ -9,6 +9,7 @@ import pytest
 
 from transformer import positional
 from transformer.config import ModelConfig
+from transformer.errors import ConfigError
 
 
 def test_interleaved_table_equals_the_paper_formula_elementwise():
@@ -81,6 +82,15 @@ def test_learned_posemb_is_a_parameter():
   assert table.shape == (32, 16)
   assert abs(float(jnp.std(table)) - 0.02) < 0.005
   np.testing.assert_allclose(pe[0], table[:5], atol=1e-7)
+
+
+@pytest.mark.parametrize("posemb", ["sinusoidal", "learned"])
+def test_rows_longer_than_the_table_are_an_error_not_its_last_row_repeated(posemb):
+  cfg = ModelConfig(d_model=16, num_heads=2, max_len=8, posemb=posemb)
+  _posemb(cfg, jnp.arange(8)[None])  # as long as the table: fine
+  with pytest.raises(ConfigError, match="Rows of 9 positions exceed the position table of "
+                     "max_len=8"):
+    _posemb(cfg, jnp.arange(9)[None])
 
 
 @pytest.mark.parametrize("posemb", ["rope", "none"])

@@ -1,5 +1,6 @@
 """Tokenizers: exact round trips (any script), reserved ids, save/load, reuse on resume, errors."""
 
+import logging
 import os
 
 import ml_collections
@@ -112,6 +113,30 @@ def test_tokenizer_path_is_used_and_copied_into_the_workdir(tmp_path, spm):
                          train_texts=lambda: pytest.fail("must not train"), corpus_name="C")
   assert tok.to_bytes() == spm.to_bytes()
   assert (workdir / "tokenizer.model").read_bytes() == spm.to_bytes()
+
+
+def test_a_tokenizer_path_that_does_not_exist_is_said_not_silently_trained(tmp_path, caplog):
+  with pytest.raises(FileNotFoundError, match="tokenizer.path=.*/nodir/t.model: its directory "
+                     ".*/nodir does not exist"):
+    tk.get_tokenizer(_cfg(path=str(tmp_path / "nodir" / "t.model")), workdir=str(tmp_path / "w"),
+                     train_texts=lambda: pytest.fail("must not train"), corpus_name="C")
+  with caplog.at_level(logging.WARNING):
+    tok = tk.get_tokenizer(_cfg(path=str(tmp_path / "t.model")), workdir=str(tmp_path / "w"),
+                           train_texts=lambda: CORPUS, corpus_name="C")
+  assert "tokenizer.path=" in caplog.text and "does not exist yet; training" in caplog.text
+  assert (tmp_path / "t.model").read_bytes() == tok.to_bytes()  # trained there, as said
+
+
+def test_a_damaged_tokenizer_json_in_the_workdir_is_named_as_damaged(tmp_path):
+  tok = tk.SyntheticTokenizer("reverse", 8)
+  tk.save_to_workdir(tok, str(tmp_path))
+  path = tmp_path / "tokenizer.json"
+  path.write_bytes(path.read_bytes()[:10])  # cut off, as by a crash
+  with pytest.raises(ValueError, match="tokenizer.json is damaged .*; delete it and rerun"):
+    tk.save_to_workdir(tok, str(tmp_path))
+  path.write_text('{"type": "bytes"}')  # whole, but another tokenizer
+  with pytest.raises(ValueError, match="holds a different tokenizer"):
+    tk.save_to_workdir(tok, str(tmp_path))
 
 
 def test_vocab_size_beyond_the_corpus_is_a_clear_error():

@@ -1,6 +1,8 @@
 """scripts/train.py as a user runs it: one-line errors, SIGKILL and SIGTERM, several processes."""
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,13 +49,14 @@ def _params(workdir):
 
 
 def _wait_for_step(workdir, step, proc, timeout=120):
+  """Waits until the run has logged `step` (a complete line of metrics.jsonl says so)."""
   path = os.path.join(workdir, writers.METRICS_FILE)
   start = time.time()
   while time.time() - start < timeout and proc.poll() is None:
     if os.path.exists(path):
       with open(path) as f:
-        lines = f.read().splitlines()
-      if len(lines) >= step:
+        lines = f.read().split("\n")[:-1]  # the last piece may be a line being written
+      if lines and json.loads(lines[-1])["step"] >= step:
         return
     time.sleep(0.02)
   raise AssertionError(f"the run did not reach step {step}: {proc.poll()}")
@@ -67,48 +70,78 @@ def _wait_for_step(workdir, step, proc, timeout=120):
 def test_mistakes_give_one_line_not_a_traceback(tfds_dir, tmp_path, flag, words):
   result = _run([*_tiny_flags(tfds_dir, tmp_path / "w"), flag])
   assert result.returncode != 0
-  assert "Traceback" not in result.stderr
+  assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1  # said once
   last = result.stderr.strip().splitlines()[-1]
   for word in words:
     assert word in last, result.stderr[-2000:]
 
 
-def test_sigkill_then_restart_equals_an_uninterrupted_run(tfds_dir, tmp_path):
-  straight, killed = tmp_path / "straight", tmp_path / "killed"
-  assert _run(_tiny_flags(tfds_dir, straight, steps=60), devices=2).returncode == 0
-  proc = subprocess.Popen([sys.executable, TRAIN, *_tiny_flags(tfds_dir, killed, steps=60)],
-                          env=_env(2), cwd=REPO, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-  _wait_for_step(str(killed), 27, proc)  # past the checkpoints of steps 10 and 20
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-  assert max(checkpoint.Checkpointer(str(killed)).all_steps()) < 60
-  assert _run(_tiny_flags(tfds_dir, killed, steps=60), devices=2).returncode == 0
-  for a, b in zip(_params(straight), _params(killed)):
-    np.testing.assert_array_equal(a, b)  # bitwise
-  # The same batches: every step's loss is the same as the uninterrupted run's.
-  assert ([r["loss"] for r in writers.read_metrics(str(killed), "train")] ==
-          [r["loss"] for r in writers.read_metrics(str(straight), "train")])
+def test_a_missing_config_file_is_one_line_and_leaves_no_workdir(tmp_path):
+  result = _run(["--config=configs/nope.py", f"--workdir={tmp_path / 'w'}"])
+  assert result.returncode == 1 and "Traceback" not in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: --config=configs/nope.py does not exist; pass an existing config file such as "
+      "configs/default.py.")
+  assert not (tmp_path / "w").exists()
 
 
-def test_sigterm_saves_the_step_reached_and_exits_zero(tfds_dir, tmp_path):
-  workdir = tmp_path / "w"
-  flags = _tiny_flags(tfds_dir, workdir, steps=100000, every=100000)
-  proc = subprocess.Popen([sys.executable, TRAIN, *flags], env=_env(), cwd=REPO,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-  _wait_for_step(str(workdir), 15, proc)
-  proc.send_signal(signal.SIGTERM)
-  _, err = proc.communicate(timeout=120)
-  assert proc.returncode == 0, err[-2000:]
-  steps = checkpoint.Checkpointer(str(workdir)).all_steps()
-  assert len(steps) == 1 and steps[0] >= 15
-  reached = steps[0]
-  flags = _tiny_flags(tfds_dir, workdir, steps=reached + 3, every=100000)
-  result = _run(flags)
+STEPS, EVERY = 40, 10  # checkpoints at 10, 20, 30, 40
+# Interruptions in turn (how, at the step reached), each followed by the same command again:
+# every kind twice: before any checkpoint, before the first periodic one, between them.
+INTERRUPTIONS = [("SIGKILL", 3), ("SIGINT", 6), ("torn", 0), ("SIGTERM", 13), ("SIGINT", 17),
+                 ("SIGKILL", 26), ("torn", 0), ("SIGTERM", 33)]
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 0, "SIGKILL": -9}
+
+
+@pytest.fixture(scope="module")
+def straight(tfds_dir, tmp_path_factory):
+  """The uninterrupted run the interrupted ones must equal."""
+  workdir = tmp_path_factory.mktemp("straight")
+  result = _run(_tiny_flags(tfds_dir, workdir, steps=STEPS, every=EVERY), devices=2)
   assert result.returncode == 0, result.stderr[-2000:]
-  assert f"Resumed from step {reached}" in result.stderr
-  logged = [r["step"] for r in writers.read_metrics(str(workdir), "train")]
-  assert logged == list(range(1, reached + 4))
+  return workdir
+
+
+def _records(workdir):
+  return [(r["split"], r["step"], r["loss"], r["accuracy"])
+          for r in writers.read_metrics(str(workdir)) if r["split"] in ("train", "eval")]
+
+
+def test_interrupted_anywhere_and_rerun_equals_an_uninterrupted_run(straight, tfds_dir,
+                                                                   tmp_path):
+  workdir = tmp_path / "w"
+  flags = _tiny_flags(tfds_dir, workdir, steps=STEPS, every=EVERY)
+  for how, at in INTERRUPTIONS:
+    if how == "torn":  # a kill or a full disk in the middle of appending a line
+      with open(workdir / writers.METRICS_FILE, "a") as f:
+        f.write('{"step": 99, "split": "tra')
+      continue
+    proc = subprocess.Popen([sys.executable, TRAIN, *flags], env=_env(2), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for_step(str(workdir), at, proc)
+    proc.send_signal(getattr(signal, how))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_CODES[how], err[-2000:]
+    if how != "SIGKILL":  # saved at the step reached, said once, no traceback
+      assert err.count(f"{how}: saved a checkpoint at step") == 1 and "Traceback" not in err
+      assert max(checkpoint.Checkpointer(str(workdir)).all_steps()) >= at
+  result = _run(flags, devices=2)
+  assert result.returncode == 0, result.stderr[-2000:]
+  for a, b in zip(_params(straight), _params(workdir)):
+    np.testing.assert_array_equal(a, b)  # bitwise
+  assert _records(workdir) == _records(straight)  # every loss and accuracy, train and eval
+
+
+def test_when_every_checkpoint_is_damaged_the_message_is_one_line(straight, tfds_dir, tmp_path):
+  workdir = tmp_path / "w"
+  shutil.copytree(straight, workdir)
+  for step_dir in (workdir / "checkpoints").iterdir():
+    (step_dir / "state" / "manifest.ocdbt").unlink()
+  result = _run(_tiny_flags(tfds_dir, workdir, steps=STEPS, every=EVERY), devices=2)
+  assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: None of the checkpoints [10, 20, 30, 40] in ") and (
+      "move " in last), last
 
 
 def _free_port():

@@ -1,7 +1,11 @@
 """metrics.jsonl and TensorBoard files; a resumed run rewrites what came after its checkpoint."""
 
+import logging
 import math
 
+import pytest
+
+from transformer.errors import RunError
 from transformer.training import writers
 
 
@@ -30,3 +34,41 @@ def test_disabled_writer_writes_nothing(tmp_path):
   w.write(1, "train", {"loss": 1.0})
   w.close()
   assert not list(tmp_path.iterdir())
+
+
+def _log(tmp_path, steps):
+  w = writers.MetricWriter(str(tmp_path))
+  for step in steps:
+    w.write(step, "train", {"loss": 1.0 / step})
+  w.close()
+  return tmp_path / writers.METRICS_FILE
+
+
+def test_a_last_line_cut_off_mid_write_is_left_out_and_dropped_on_resume(tmp_path, caplog):
+  path = _log(tmp_path, (1, 2))
+  with open(path, "a") as f:
+    f.write('{"step": 3, "split": "tra')  # a kill or a full disk in the middle of a write
+  with caplog.at_level(logging.WARNING):
+    assert [r["step"] for r in writers.read_metrics(str(tmp_path))] == [1, 2]
+  assert "last line was cut off mid-write" in caplog.text and str(path) in caplog.text
+  assert writers.last_step(str(tmp_path)) == 2
+  resumed = writers.MetricWriter(str(tmp_path), resume_step=2)  # rewrites the file whole
+  resumed.write(3, "train", {"loss": 0.25})
+  resumed.close()
+  assert path.read_text().splitlines()[-1] == '{"step": 3, "split": "train", "loss": 0.25}'
+  assert not list(tmp_path.glob("*.tmp*"))
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"step": 2, "spl\n', "line 2 is not JSON"),  # not the last line: not a torn write
+    ('{"split": "note"}\n', "line 2 is not a metrics record (it needs an integer 'step'"),
+])
+def test_other_bad_lines_are_one_clear_error_naming_the_line(tmp_path, line, message):
+  path = _log(tmp_path, (1,))
+  with open(path, "a") as f:
+    f.write(line + '{"step": 3, "split": "train", "loss": 1.0}\n')
+  for read in (lambda: writers.read_metrics(str(tmp_path)),
+               lambda: writers.MetricWriter(str(tmp_path), resume_step=1)):
+    with pytest.raises(RunError) as e:
+      read()
+    assert str(e.value).startswith(f"{path} {message}") and "\n" not in str(e.value)

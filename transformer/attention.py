@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from transformer import positional
 from transformer.config import MODES, ModelConfig, resolve_scale
 from transformer.decode_cache import step_matmul, store_step_kernel
+from transformer.errors import ConfigError
 
 
 # ---- masks (the only mask code of the project) ----
@@ -81,7 +82,10 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
   fused flash attention on GPU); those two fall back to 'einsum' for a soft cap or dropout.
   """
   if implementation not in IMPLEMENTATIONS:
-    raise ValueError(f"implementation={implementation!r} is not one of {list(IMPLEMENTATIONS)}.")
+    raise ConfigError(f"implementation={implementation!r} is not one of {list(IMPLEMENTATIONS)}.")
+  if implementation == "cudnn" and jax.default_backend() != "gpu":
+    raise ConfigError(f"attention_impl='cudnn' needs NVIDIA GPUs, and JAX runs on "
+                      f"{jax.default_backend()}; use 'xla' or 'einsum'.")
   if scale is None:
     scale = 1.0 / math.sqrt(query.shape[-1])
   dropout = dropout_rate > 0.0 and dropout_rng is not None

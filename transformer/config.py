@@ -13,6 +13,8 @@ from typing import Any, Optional, Union
 
 import jax.numpy as jnp
 
+from transformer.errors import ConfigError
+
 Scale = Union[str, float]
 
 # Allowed string values of each mode field; the SCALE_FIELDS also take a positive number.
@@ -131,48 +133,48 @@ class ModelConfig:
       value = getattr(self, name)
       if name in SCALE_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value) or value <= 0:
-          raise ValueError(f"ModelConfig.{name}={value!r}: a numeric value must be a finite number > 0.")
+          raise ConfigError(f"ModelConfig.{name}={value!r}: a numeric value must be a finite number > 0.")
         continue
       if value not in allowed:
         extra = " or a positive float" if name in SCALE_FIELDS else ""
-        raise ValueError(f"ModelConfig.{name}={value!r} is not one of {list(allowed)}{extra}.")
+        raise ConfigError(f"ModelConfig.{name}={value!r} is not one of {list(allowed)}{extra}.")
     positive = ("vocab_size", "d_model", "num_heads", "d_ff", "max_len")
     for name in positive:
       value = getattr(self, name)
       if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"ModelConfig.{name}={value!r} must be a positive integer.")
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be a positive integer.")
     for name in ("num_encoder_layers", "num_decoder_layers"):
       value = getattr(self, name)
       if not isinstance(value, int) or value < 0:
-        raise ValueError(f"ModelConfig.{name}={value!r} must be a non-negative integer.")
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be a non-negative integer.")
     for name in ("target_vocab_size", "head_dim"):
       value = getattr(self, name)
       if value is not None and (not isinstance(value, int) or value <= 0):
-        raise ValueError(f"ModelConfig.{name}={value!r} must be None or a positive integer.")
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be None or a positive integer.")
     for name in ("dropout_rate", "attention_dropout_rate"):
       value = getattr(self, name)
       if not 0.0 <= value < 1.0:
-        raise ValueError(f"ModelConfig.{name}={value!r} must be in [0, 1).")
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be in [0, 1).")
     for name in ("posemb_scale", "max_timescale", "norm_epsilon", "learned_posemb_init_std"):
       value = getattr(self, name)
       if not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"ModelConfig.{name}={value!r} must be a number > 0.")
+        raise ConfigError(f"ModelConfig.{name}={value!r} must be a number > 0.")
     if self.attn_logit_softcap is not None and not self.attn_logit_softcap > 0:
-      raise ValueError(
+      raise ConfigError(
           f"ModelConfig.attn_logit_softcap={self.attn_logit_softcap!r} must be None or a number > 0.")
     if self.head_dim is None and self.d_model % self.num_heads:
-      raise ValueError(
+      raise ConfigError(
           f"ModelConfig.d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
           "change one of them or set head_dim.")
     if self.posemb == "sinusoidal" and self.d_model % 2:
-      raise ValueError(
+      raise ConfigError(
           f"ModelConfig.d_model={self.d_model} must be even with posemb='sinusoidal' "
           "(sin and cos fill pairs of columns).")
     if self.posemb == "rope" and self.qk_dim % 2:
-      raise ValueError(f"ModelConfig.head_dim={self.qk_dim} must be even with posemb='rope'.")
+      raise ConfigError(f"ModelConfig.head_dim={self.qk_dim} must be even with posemb='rope'.")
     if (self.share_embeddings and self.target_vocab_size is not None
         and self.target_vocab_size != self.vocab_size):
-      raise ValueError(
+      raise ConfigError(
           f"ModelConfig.share_embeddings=True needs one vocabulary, but vocab_size={self.vocab_size} "
           f"and target_vocab_size={self.target_vocab_size}; set share_embeddings=False or one size.")
 
@@ -195,7 +197,7 @@ class ModelConfig:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(fields) - known)
     if unknown:
-      raise ValueError(f"ModelConfig has no field(s) {unknown}; known fields are {sorted(known)}.")
+      raise ConfigError(f"ModelConfig has no field(s) {unknown}; known fields are {sorted(known)}.")
     return cls(**fields)
 
 
@@ -213,5 +215,5 @@ def resolve_scale(value: Scale, width: int, name: str) -> float:
       "inv_dk": 1.0 / width,
   }
   if value not in table:
-    raise ValueError(f"{name}={value!r} has no fixed numeric value.")
+    raise ConfigError(f"{name}={value!r} has no fixed numeric value.")
   return table[value]

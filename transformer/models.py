@@ -18,6 +18,7 @@ from transformer import positional
 from transformer.attention import make_attention_mask
 from transformer.config import ModelConfig
 from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding
+from transformer.errors import ConfigError
 from transformer.layers import BlockStack
 from transformer.norms import make_norm
 from transformer.token_ids import PAD_ID
@@ -204,6 +205,9 @@ def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
   The cache is made by a decoder pass over `length` zeros: inside jit XLA keeps only what
   feeds the cache; outside jit the whole pass runs.
   """
+  if length > model.config.max_len and model.config.posemb in ("sinusoidal", "learned"):
+    raise ConfigError(f"A cache of {length} positions exceeds the position table of "
+                      f"max_len={model.config.max_len}; decode at most {model.config.max_len}.")
   targets = jnp.zeros((batch, length), jnp.int32)
   if isinstance(model, DecoderOnly):
     _, variables = model.apply({"params": params}, targets, decode=True, mutable=["cache"])
@@ -241,5 +245,5 @@ MODEL_TYPES = ("seq2seq", "lm")  # an experiment's model_type: Transformer or De
 def model_for(model_type: str, config: ModelConfig) -> nn.Module:
   """Transformer(config) for model_type 'seq2seq', DecoderOnly(config) for 'lm'."""
   if model_type not in MODEL_TYPES:
-    raise ValueError(f"model_type={model_type!r} is not one of {list(MODEL_TYPES)}.")
+    raise ConfigError(f"model_type={model_type!r} is not one of {list(MODEL_TYPES)}.")
   return DecoderOnly(config) if model_type == "lm" else Transformer(config)

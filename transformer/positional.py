@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.config import ModelConfig
+from transformer.errors import ConfigError
 
 
 def sinusoidal_table(length: int, d_model: int, layout: str = "interleaved",
@@ -26,9 +27,9 @@ def sinusoidal_table(length: int, d_model: int, layout: str = "interleaved",
   after (tensor2tensor, fairseq, Flax): the same columns, moved.
   """
   if d_model % 2:
-    raise ValueError(f"sinusoidal_table needs an even d_model, got {d_model}.")
+    raise ConfigError(f"sinusoidal_table needs an even d_model, got {d_model}.")
   if layout not in ("interleaved", "concat"):
-    raise ValueError(f"sinusoidal_table layout={layout!r} is not one of ['interleaved', 'concat'].")
+    raise ConfigError(f"sinusoidal_table layout={layout!r} is not one of ['interleaved', 'concat'].")
   pos = np.arange(length, dtype=np.float64)[:, None]
   inv_freq = max_timescale ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # [d/2]
   angles = pos * inv_freq  # [length, d/2]
@@ -60,7 +61,10 @@ class PositionEmbedding(nn.Module):
                          (cfg.max_len, cfg.d_model), cfg.params_dtype)
     else:  # 'rope' acts on q and k; 'none' adds nothing
       return None
-    pe = jnp.take(table, positions, axis=0, mode="clip")
+    if positions.shape[-1] > cfg.max_len:  # past the table, jnp.take would repeat its last row
+      raise ConfigError(f"Rows of {positions.shape[-1]} positions exceed the position table of "
+                        f"max_len={cfg.max_len}; shorten the rows or raise model.max_len.")
+    pe = jnp.take(table, positions, axis=0, mode="clip")  # positions < max_len: no clipping
     return (cfg.posemb_scale * pe).astype(cfg.compute_dtype)
 
 

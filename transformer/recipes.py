@@ -7,6 +7,8 @@ summarised in the comment on each line.
 
 from typing import Any
 
+from transformer.errors import ConfigError
+
 RECIPES: dict[str, dict[str, Any]] = {
     # Vaswani et al. 2017, "Attention Is All You Need".
     "vaswani2017": dict(
@@ -114,5 +116,5 @@ RECIPES: dict[str, dict[str, Any]] = {
 def get(name: str) -> dict[str, Any]:
   """The overrides of recipe `name`; raises ValueError listing the known recipes."""
   if name not in RECIPES:
-    raise ValueError(f"Unknown recipe {name!r}; known recipes are {sorted(RECIPES)}.")
+    raise ConfigError(f"Unknown recipe {name!r}; known recipes are {sorted(RECIPES)}.")
   return dict(RECIPES[name])

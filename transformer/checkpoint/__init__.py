@@ -11,8 +11,8 @@ from transformer.checkpoint.config_file import CONFIG_FILE, read_config, to_json
 from transformer.checkpoint.manager import Checkpointer
 from transformer.checkpoint.params import LoadedParams, load_params
 from transformer.checkpoint.step_dirs import (CHECKPOINT_DIR, IncompatibleCheckpointError,
-                                              finished_steps, newest_readable)
+                                              checkpoint_dir, finished_steps, newest_readable)
 
 __all__ = ["CONFIG_FILE", "CHECKPOINT_DIR", "Checkpointer", "IncompatibleCheckpointError",
-           "LoadedParams", "finished_steps", "load_params", "newest_readable", "read_config",
+           "LoadedParams", "checkpoint_dir", "finished_steps", "load_params", "newest_readable", "read_config",
            "to_json", "write_config"]

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from transformer.config import ModelConfig
+from transformer.errors import ConfigError, MissingFileError
 
 CONFIG_FILE = "config.json"
 
@@ -38,7 +39,7 @@ def to_json(value: Any) -> Any:
 def write_config(workdir: str, config: Mapping[str, Any]) -> str:
   """Writes `workdir/config.json` (pretty, atomically); returns its path."""
   if "model" not in config:
-    raise ValueError("write_config: the config needs a 'model' entry (ModelConfig.to_dict()).")
+    raise ConfigError("write_config: the config needs a 'model' entry (ModelConfig.to_dict()).")
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, CONFIG_FILE)
   tmp = f"{path}.tmp-{os.getpid()}"
@@ -53,7 +54,7 @@ def read_config(workdir: str) -> dict[str, Any]:
   """Reads `workdir/config.json`."""
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"No {CONFIG_FILE} in {workdir!r}: check the path, or train there first "
         f"(scripts/train.py --workdir={workdir}).")
   with open(path) as f:

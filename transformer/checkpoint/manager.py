@@ -28,6 +28,7 @@ from transformer.checkpoint.checksums import (CHECKSUMS_KEY, checksums, path_str
 from transformer.checkpoint.config_file import to_json
 from transformer.checkpoint.step_dirs import (IncompatibleCheckpointError, checkpoint_dir,
                                               newest_readable)
+from transformer.errors import ConfigError, MissingFileError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, keep: Optional[int] = 3, async_save: bool = True):
     if keep is not None and keep < 1:
-      raise ValueError(f"Checkpointer(keep={keep}) must be None (keep all) or >= 1.")
+      raise ConfigError(f"Checkpointer(keep={keep}) must be None (keep all) or >= 1.")
     self.workdir = os.fspath(workdir)
     self.directory = checkpoint_dir(self.workdir)
     options = ocp.CheckpointManagerOptions(
@@ -142,7 +143,7 @@ class Checkpointer:
     steps = self.all_steps()
     if step is not None:
       if int(step) not in steps:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"No checkpoint for step {step} in {self.directory}; the steps there are {steps}.")
       return self._restore_step(int(step), abstract_state, data_iter), int(step)
     if not steps:

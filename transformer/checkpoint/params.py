@@ -14,6 +14,7 @@ from transformer.checkpoint.checksums import checksums, saved_checksums, verify
 from transformer.checkpoint.config_file import CONFIG_FILE, read_config
 from transformer.checkpoint.step_dirs import checkpoint_dir, finished_steps, newest_readable
 from transformer.config import ModelConfig
+from transformer.errors import ConfigError, MissingFileError
 
 
 class LoadedParams(tuple):
@@ -66,11 +67,11 @@ def load_params(workdir: str, step: Optional[int] = None) -> LoadedParams:
   directory = checkpoint_dir(workdir)
   steps = finished_steps(directory)
   if not steps:
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"No checkpoints in {os.fspath(directory)!r}: check the workdir path, or train there "
         f"first (scripts/train.py --config=... --workdir={workdir}).")
   if step is not None and int(step) not in steps:
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"No checkpoint for step {step} in {os.fspath(directory)!r}; the steps there are {steps}.")
   read = lambda s: _read_step(directory / str(s))  # noqa: E731
   if step is None:
@@ -81,7 +82,7 @@ def load_params(workdir: str, step: Optional[int] = None) -> LoadedParams:
   if not config or "model" not in config:
     config = read_config(workdir) if os.path.exists(os.path.join(workdir, CONFIG_FILE)) else {}
   if "model" not in config:
-    raise ValueError(
+    raise ConfigError(
         f"Checkpoint {directory / str(step)} has no model config, nor has {workdir}/{CONFIG_FILE}; "
         "write one with transformer.checkpoint.write_config(workdir, {'model': "
         "ModelConfig(...).to_dict()}).")

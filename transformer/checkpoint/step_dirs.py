@@ -16,13 +16,15 @@ from typing import Callable, Iterable, Optional, TypeVar
 from etils import epath
 import orbax.checkpoint as ocp
 
+from transformer.errors import ConfigError, RunError, one_line
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 T = TypeVar("T")
 
 
-class IncompatibleCheckpointError(ValueError):
+class IncompatibleCheckpointError(ConfigError):
   """A readable checkpoint this job cannot use (other model, optimizer or process count).
 
   Raised at once: `newest_readable` falls back to older checkpoints only for damaged ones.
@@ -40,18 +42,13 @@ def finished_steps(directory: epath.Path) -> list[int]:
   return sorted(m.step for m in ocp.step.standard_name_format().find_all(directory))
 
 
-def one_line(e: Optional[BaseException]) -> str:
-  text = " ".join(str(e).split())
-  return text if len(text) <= 300 else text[:297] + "..."
-
-
 def newest_readable(steps: Iterable[int], read: Callable[[int], T], where: str, *,
                     on_damaged: Optional[Callable[[int], None]] = None) -> tuple[T, int]:
   """(read(step), step) for the newest of `steps` that `read` returns without an error.
 
   A step whose read raises is damaged: a warning names it and the next older one is tried
   (on_damaged(step) is called first); an IncompatibleCheckpointError is raised at once.
-  When none can be read, a RuntimeError names them, the last error and the fix.
+  When none can be read, a RunError names them, the last error and the fix.
   """
   steps = sorted(steps)
   last_error: Optional[BaseException] = None
@@ -66,7 +63,7 @@ def newest_readable(steps: Iterable[int], read: Callable[[int], T], where: str, 
         on_damaged(step)
       log.warning("Skipping damaged checkpoint %s/%d (%s: %s); falling back to an older one.",
                   where, step, type(e).__name__, one_line(e))
-  raise RuntimeError(
+  raise RunError(
       f"None of the checkpoints {steps} in {where} could be read (the last error: "
       f"{type(last_error).__name__}: {one_line(last_error)}); move {where} aside to start "
       "afresh, or fix the storage they live on.") from last_error

@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from absl import logging
 
+from transformer.errors import ConfigError, MissingFileError
+
 TEXT_SPLITS = ("paragraph", "line")
 
 
@@ -25,7 +27,7 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
   Raises FileNotFoundError naming the pattern when nothing matches, ValueError for an empty file.
   """
   if not patterns:
-    raise ValueError(f"config.{field} is not set; pass --config.{field}=FILE, a glob like "
+    raise ConfigError(f"config.{field} is not set; pass --config.{field}=FILE, a glob like "
                      "'corpus/*.txt', or a comma-separated list.")
   items = patterns.split(",") if isinstance(patterns, str) else list(patterns)
   files: list[str] = []
@@ -37,17 +39,17 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
       found = sorted(p for p in glob.glob(os.path.join(path, "*"))
                      if os.path.isfile(p) and not os.path.basename(p).startswith("."))
       if not found:
-        raise FileNotFoundError(f"Directory {item} (config.{field}) holds no files; put text "
+        raise MissingFileError(f"Directory {item} (config.{field}) holds no files; put text "
                                 f"files in it or pass a glob like '{item.rstrip('/')}/*.txt'.")
     else:
       found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
       if not found:
-        raise FileNotFoundError(f"No file matches {item!r} (config.{field}); check the path, "
+        raise MissingFileError(f"No file matches {item!r} (config.{field}); check the path, "
                                 "or pass an existing file or a glob like 'corpus/*.txt'.")
     files += found
   for f in files:
     if os.path.getsize(f) == 0:
-      raise ValueError(f"File {f} (config.{field}) is empty; add text to it or leave it out of "
+      raise ConfigError(f"File {f} (config.{field}) is empty; add text to it or leave it out of "
                        f"config.{field}.")
   return files
 
@@ -55,7 +57,13 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
 def read_lines(path: str) -> list[str]:
   """The lines of a text file (no line ends); invalid UTF-8 replaced by U+FFFD, counted, warned."""
   with open(path, "rb") as f:
-    raw = f.read()
+    return split_utf8_lines(f.read(), path)
+
+
+def split_utf8_lines(raw: bytes, name: str) -> list[str]:
+  """raw split into lines without their line ends ('\n' or '\r\n'); a final line end adds no
+  empty line. Invalid UTF-8 is replaced by U+FFFD, with one warning naming `name` and the
+  first such line."""
   lines, bad, first_bad = [], 0, 0
   for n, line in enumerate(raw.split(b"\n"), 1):
     try:
@@ -65,18 +73,18 @@ def read_lines(path: str) -> list[str]:
       bad += 1
       first_bad = first_bad or n
     lines.append(text[:-1] if text.endswith("\r") else text)
-  if raw.endswith(b"\n"):
+  if raw.endswith(b"\n") or not raw:
     lines.pop()  # the empty string after the last newline is not a line
   if bad:
     logging.warning("%s: %d line(s) held invalid UTF-8 (first: line %d), replaced by U+FFFD; "
-                    "re-encode the file as UTF-8 to keep those characters.", path, bad, first_bad)
+                    "re-encode the file as UTF-8 to keep those characters.", name, bad, first_bad)
   return lines
 
 
 def documents(path: str, text_split: str) -> list[tuple[str, str]]:
   """(text, 'FILE:LINE') of each paragraph (blank-line separated) or non-blank line of a file."""
   if text_split not in TEXT_SPLITS:
-    raise ValueError(f"text_split={text_split!r} is not one of {list(TEXT_SPLITS)}.")
+    raise ConfigError(f"text_split={text_split!r} is not one of {list(TEXT_SPLITS)}.")
   return split_documents(read_lines(path), text_split, path)
 
 
@@ -108,17 +116,17 @@ def parallel_pairs(files: Sequence[str]) -> list[tuple[str, str, str]]:
           continue
         parts = line.split("\t")
         if len(parts) != 2:
-          raise ValueError(f"{f} line {n} has {len(parts) - 1} TABs, not 1; write each line as "
+          raise ConfigError(f"{f} line {n} has {len(parts) - 1} TABs, not 1; write each line as "
                            "source<TAB>target (or pass two line-aligned files 'SRC,TGT').")
         pairs.append((parts[0], parts[1], f"{f}:{n}"))
     return _drop_half_empty(pairs)
   if len(files) != 2:
-    raise ValueError(f"parallel_text needs one or more .tsv files or exactly two line-aligned "
+    raise ConfigError(f"parallel_text needs one or more .tsv files or exactly two line-aligned "
                      f"files (source, target), got {len(files)}: {', '.join(files)}; pass "
                      "--config.data_files=corpus.tsv or --config.data_files=train.de,train.en.")
   source, target = read_lines(files[0]), read_lines(files[1])
   if len(source) != len(target):
-    raise ValueError(f"{files[0]} has {len(source)} lines but {files[1]} has {len(target)}; the "
+    raise ConfigError(f"{files[0]} has {len(source)} lines but {files[1]} has {len(target)}; the "
                      "two parallel files must be line-aligned (one sentence pair per line).")
   pairs = [(s, t, f"{files[0]}:{n}") for n, (s, t) in enumerate(zip(source, target), 1)
            if s.strip() or t.strip()]
@@ -138,9 +146,9 @@ def hold_out(docs: Sequence[Any], key: Callable[[Any], str], eval_fraction: floa
              name: str) -> tuple[list[Any], list[Any]]:
   """(train, validation): a seeded eval_fraction of docs (>= 1); train loses their duplicates."""
   if not 0 < eval_fraction < 1:
-    raise ValueError(f"eval_fraction={eval_fraction} must be in (0, 1); e.g. 0.01.")
+    raise ConfigError(f"eval_fraction={eval_fraction} must be in (0, 1); e.g. 0.01.")
   if len(docs) < 2:
-    raise ValueError(f"{name} holds {len(docs)} document(s), too few for a train and a "
+    raise ConfigError(f"{name} holds {len(docs)} document(s), too few for a train and a "
                      "validation split; add text, use text_split='line', or pass eval_files.")
   num_eval = min(len(docs) - 1, max(1, round(len(docs) * eval_fraction)))
   chosen = set(np.random.default_rng(seed).permutation(len(docs))[:num_eval].tolist())
@@ -151,7 +159,7 @@ def hold_out(docs: Sequence[Any], key: Callable[[Any], str], eval_fraction: floa
     logging.info("%s: %d train document(s) equal to a validation document were dropped.", name,
                  len(docs) - len(train) - len(validation))
   if not train:
-    raise ValueError(f"{name}: every document equals a held-out one, so train is empty; add "
+    raise ConfigError(f"{name}: every document equals a held-out one, so train is empty; add "
                      "distinct text or pass eval_files.")
   return train, validation
 

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Sequence
 import tensorflow_datasets as tfds
 
 from transformer.data import corpus_files
+from transformer.errors import ConfigError
 
 _VERSION = "1.0.0"  # bump whenever the documents a builder writes would change
 
@@ -54,7 +55,7 @@ class _LocalText(tfds.core.GeneratorBasedBuilder):
       train, validation = corpus_files.hold_out(docs, lambda d: d[0], cfg.eval_fraction,
                                                 cfg.seed, name)
     if not train or not validation:
-      raise ValueError(f"{name} gave {len(train)} train and {len(validation)} validation "
+      raise ConfigError(f"{name} gave {len(train)} train and {len(validation)} validation "
                        "documents; add text to the files.")
     return {"train": self._generate_examples(train),
             "validation": self._generate_examples(validation)}
@@ -94,7 +95,7 @@ def build_local(name: str, data_dir: str | None, *, data_files: Any, eval_files:
   files = corpus_files.resolve_files(data_files, "data_files")
   held = corpus_files.resolve_files(eval_files, "eval_files") if eval_files else []
   if text_split not in corpus_files.TEXT_SPLITS:
-    raise ValueError(f"text_split={text_split!r} is not one of "
+    raise ConfigError(f"text_split={text_split!r} is not one of "
                      f"{list(corpus_files.TEXT_SPLITS)}.")
   options = dict(text_split=text_split if name == "text_files" else "-",
                  eval_fraction=None if held else eval_fraction, seed=None if held else seed,

@@ -34,6 +34,8 @@ import grain
 import numpy as np
 from absl import logging
 
+from transformer.errors import ConfigError
+
 Batch = dict[str, np.ndarray]
 Example = Mapping[str, Any]  # KEY -> int32 [length]; optionally 'origin' -> where it came from
 PACKING_MODES = ("none", "pack", "concat")
@@ -136,9 +138,9 @@ class PackedBatches(grain.IterDataset):
                lanes: range, mode: str, prefetch: int = 0):
     super().__init__()
     if mode not in ("pack", "concat"):
-      raise ValueError(f"packing={mode!r} is not one of {list(PACKING_MODES)}.")
+      raise ConfigError(f"packing={mode!r} is not one of {list(PACKING_MODES)}.")
     if mode == "concat" and len(pad.keys) != 1:
-      raise ValueError("packing='concat' splits examples across rows, which only a language "
+      raise ConfigError("packing='concat' splits examples across rows, which only a language "
                        "model can train on (keys ('targets',)); use packing='pack' for a "
                        "seq2seq dataset, or model_type='lm'.")
     if len(lanes) != pad.rows:
@@ -194,7 +196,7 @@ class _PackedIterator(grain.DatasetIterator):
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     if len(state["next"]) != len(self._next):
-      raise ValueError(f"A packed iterator state for {len(state['next'])} rows cannot restore a "
+      raise ConfigError(f"A packed iterator state for {len(state['next'])} rows cannot restore a "
                        f"process with {len(self._next)} rows; resume with the same process count "
                        "and batch_size.")
     self._next = [int(x) for x in state["next"]]

@@ -27,6 +27,7 @@ from transformer.data import packing, synthetic, text
 from transformer.data.packing import PadBatch, read_examples
 from transformer.data.tokenizer import (SyntheticTokenizer, Tokenizer, get_tokenizer,
                                         save_to_workdir)
+from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
 Example = Mapping[str, Any]
@@ -78,7 +79,7 @@ def _sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
     return SOURCES[config.dataset](config, workdir)
   if text.is_standard(config.dataset):
     return _text_sources(config, workdir)
-  raise ValueError(f"Unknown dataset {config.dataset!r}; known datasets: "
+  raise ConfigError(f"Unknown dataset {config.dataset!r}; known datasets: "
                    f"{', '.join(sorted(SOURCES) + list(text.STANDARD))} (any "
                    "wmtNN_translate/xx-yy too).")
 
@@ -161,15 +162,15 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
   """
   mode = config.get("packing") or "none"
   if mode not in packing.PACKING_MODES:
-    raise ValueError(f"packing={mode!r} is not one of {list(packing.PACKING_MODES)}.")
+    raise ConfigError(f"packing={mode!r} is not one of {list(packing.PACKING_MODES)}.")
   if process_index is None or process_count is None:
     import jax  # only here, so the data code never initialises a backend it does not need
     process_index = jax.process_index() if process_index is None else process_index
     process_count = jax.process_count() if process_count is None else process_count
   if not 0 <= process_index < process_count:
-    raise ValueError(f"process_index={process_index} is outside [0, {process_count}).")
+    raise ConfigError(f"process_index={process_index} is outside [0, {process_count}).")
   if config.batch_size <= 0 or config.batch_size % process_count:
-    raise ValueError(f"batch_size={config.batch_size} must be a positive multiple of the "
+    raise ConfigError(f"batch_size={config.batch_size} must be a positive multiple of the "
                      f"process count {process_count}; set batch_size to a multiple of it.")
   local_batch = config.batch_size // process_count
   sources = _sources(config, workdir)
@@ -177,11 +178,11 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
     sources = dataclasses.replace(sources, train=ConcatForLM(sources.train),
                                   eval=ConcatForLM(sources.eval), keys=("targets",))
   if config.get("model_type") == "seq2seq" and "inputs" not in sources.keys:
-    raise ValueError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs); "
+    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs); "
                      "set model_type='lm' (configs/lm.py) or use a translation dataset.")
   num_train, num_eval = len(sources.train), len(sources.eval)
   if num_train < process_count:
-    raise ValueError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
+    raise ConfigError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
                      f"the {process_count} processes; use a larger dataset.")
   read = grain.ReadOptions(num_threads=config.get("data_threads", 2),
                            prefetch_buffer_size=config.get("data_prefetch", 4))

@@ -33,6 +33,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
+from transformer.errors import ConfigError
 from transformer.token_ids import EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
 TASKS = ("copy", "reverse", "sort", "addition")
@@ -78,7 +79,7 @@ def to_text(ids: Sequence[int] | np.ndarray, task: str) -> str:
 
 def _check_task(task: str) -> None:
   if task not in TASKS:
-    raise ValueError(f"Unknown synthetic task {task!r}; use one of {', '.join(TASKS)}.")
+    raise ConfigError(f"Unknown synthetic task {task!r}; use one of {', '.join(TASKS)}.")
 
 
 @dataclasses.dataclass(eq=False)
@@ -103,11 +104,11 @@ class SyntheticConfig(tfds.core.BuilderConfig):
                               ("digits", digits, 1), ("num_train", num_train, 1),
                               ("num_eval", num_eval, 1), ("seed", seed, 0)):
       if int(value) != value or value < low:
-        raise ValueError(f"Synthetic {field}={value!r} must be an integer >= {low}.")
+        raise ConfigError(f"Synthetic {field}={value!r} must be an integer >= {low}.")
     if max_len < min_len:
-      raise ValueError(f"Synthetic max_len={max_len} is below min_len={min_len}; raise max_len.")
+      raise ConfigError(f"Synthetic max_len={max_len} is below min_len={min_len}; raise max_len.")
     if digits > 18:  # operands and sums stay exact in int64
-      raise ValueError(f"Synthetic digits={digits} exceeds 18; use at most 18 digits.")
+      raise ConfigError(f"Synthetic digits={digits} exceeds 18; use at most 18 digits.")
     if task == "addition":
       # Fields addition ignores are normalised, so one name always means one dataset.
       vocab_size, min_len, max_len = 10, 1, 2 * digits + 1
@@ -150,7 +151,7 @@ def _draw(rng: np.random.Generator, cfg: SyntheticConfig) -> tuple[np.ndarray, n
 def generate(cfg: SyntheticConfig) -> dict[str, list[dict[str, np.ndarray]]]:
   """All examples of both splits, EOS appended: {'train': [...], 'validation': [...]}."""
   if cfg.space_size() < 2 * cfg.num_eval:
-    raise ValueError(
+    raise ConfigError(
         f"Synthetic task {cfg.name} has only {cfg.space_size()} distinct inputs, too few for "
         f"num_eval={cfg.num_eval} held-out inputs kept out of train; lower num_eval or widen "
         "the task (vocab_size, max_len, digits).")
@@ -167,7 +168,7 @@ def generate(cfg: SyntheticConfig) -> dict[str, list[dict[str, np.ndarray]]]:
         if key not in held_out:
           break
       else:
-        raise ValueError(f"Synthetic task {cfg.name}: no unseen input after {_MAX_DRAWS} draws; "
+        raise ConfigError(f"Synthetic task {cfg.name}: no unseen input after {_MAX_DRAWS} draws; "
                          "lower num_eval or widen the task (vocab_size, max_len, digits).")
       if is_eval:
         held_out.add(key)

@@ -23,6 +23,7 @@ import tensorflow_datasets as tfds
 from transformer.data import corpus_files, local_corpora
 from transformer.data.packing import read_examples
 from transformer.data.tokenizer import Tokenizer
+from transformer.errors import ConfigError, MissingFileError
 from transformer.token_ids import EOS_ID
 
 _WMT = re.compile(r"^(wmt\d\d)_translate/([a-z]{2})-([a-z]{2})$")
@@ -44,13 +45,13 @@ def _tfds_split(name: str, split: str, data_dir: str | None) -> Sequence[Mapping
           AssertionError) as e:
     # NotImplementedError: nothing prepared there, or prepared as TFRecord (no random access).
     where = data_dir or "~/tensorflow_datasets"
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"TFDS dataset {name!r} split {split!r} is not prepared as array_record in {where} "
         f"({type(e).__name__}); prepare it once where the internet and TensorFlow are: `tfds "
         f"build {name} --data_dir={where} --file_format=array_record` (README, '## Data'), or "
         "set tfds_data_dir to where it is.") from None
   except (ValueError, KeyError) as e:
-    raise ValueError(f"TFDS dataset {name!r} has no split {split!r} ({e}); set train_split / "
+    raise ConfigError(f"TFDS dataset {name!r} has no split {split!r} ({e}); set train_split / "
                      "eval_split to one of its splits.") from None
 
 
@@ -97,10 +98,10 @@ def open_splits(config: Any) -> TextSplits:
     langs = (wmt.group(2), wmt.group(3))
     for field in ("source_lang", "target_lang"):
       if config[field] not in langs:
-        raise ValueError(f"{field}={config[field]!r} is not a language of {name}; use one of "
+        raise ConfigError(f"{field}={config[field]!r} is not a language of {name}; use one of "
                          f"{list(langs)}.")
     if config.source_lang == config.target_lang:
-      raise ValueError(f"source_lang and target_lang are both {config.source_lang!r}; set them "
+      raise ConfigError(f"source_lang and target_lang are both {config.source_lang!r}; set them "
                        "to the two languages of the pair.")
     eval_split = config.get("eval_split") or "validation"
     return TextSplits(_tfds_split(name, train_split, data_dir),
@@ -116,7 +117,7 @@ def open_splits(config: Any) -> TextSplits:
       train = Documents(train, "text", config.text_split, f"{name}/{train_split}")
       evaluation = Documents(evaluation, "text", config.text_split, f"{name}/{eval_split}")
     return TextSplits(train, evaluation, {"targets": "text"}, name)
-  raise ValueError(f"Unknown dataset {name!r}.")
+  raise ConfigError(f"Unknown dataset {name!r}.")
 
 
 def as_str(value: Any) -> str:

@@ -26,6 +26,7 @@ from absl import logging
 from etils import epath
 
 from transformer.data import synthetic
+from transformer.errors import ConfigError, MissingFileError
 from transformer.token_ids import EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
 SPM_FILE = "tokenizer.model"
@@ -142,7 +143,7 @@ class SentencePieceTokenizer(Tokenizer):
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
     got = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
     if got != (PAD_ID, EOS_ID, UNK_ID):
-      raise ValueError(f"SentencePiece model {origin} has pad/eos/unk ids {got}, not (0, 1, 2); "
+      raise ConfigError(f"SentencePiece model {origin} has pad/eos/unk ids {got}, not (0, 1, 2); "
                        "train it with pad_id=0 eos_id=1 unk_id=2 bos_id=-1, or let the "
                        "pipeline train one (remove tokenizer.path).")
 
@@ -172,7 +173,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, *, model_type: st
   """
   import sentencepiece as spm
   if vocab_size < 3 + 256 + 1:
-    raise ValueError(f"tokenizer.vocab_size={vocab_size} is too small for SentencePiece with byte "
+    raise ConfigError(f"tokenizer.vocab_size={vocab_size} is too small for SentencePiece with byte "
                      "fallback (3 reserved ids + 256 bytes + pieces); use at least 300, or "
                      "tokenizer.kind='bytes'.")
   writer = io.BytesIO()
@@ -189,18 +190,18 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, *, model_type: st
     message = str(e)
     most = re.search(r"value <= (\d+)", message)
     if most:
-      raise ValueError(f"tokenizer.vocab_size={vocab_size} is larger than {corpus_name} supports "
+      raise ConfigError(f"tokenizer.vocab_size={vocab_size} is larger than {corpus_name} supports "
                        f"(at most {most.group(1)} pieces); lower tokenizer.vocab_size or add "
                        "text.") from None
     need = re.search(r"required_chars\. \d+ vs (\d+)", message)
     if need:
-      raise ValueError(f"tokenizer.vocab_size={vocab_size} is smaller than the {need.group(1)} "
+      raise ConfigError(f"tokenizer.vocab_size={vocab_size} is smaller than the {need.group(1)} "
                        f"characters and reserved pieces of {corpus_name} need; raise "
                        "tokenizer.vocab_size or lower tokenizer.character_coverage.") from None
     if "empty" in message.lower() or "no sentence" in message.lower():
-      raise ValueError(f"{corpus_name} holds no text to train the tokenizer on; add text to "
+      raise ConfigError(f"{corpus_name} holds no text to train the tokenizer on; add text to "
                        "the data files.") from None
-    raise ValueError(f"Training SentencePiece on {corpus_name} failed ({message}); check the "
+    raise ConfigError(f"Training SentencePiece on {corpus_name} failed ({message}); check the "
                      "tokenizer.* config fields.") from None
   return SentencePieceTokenizer(writer.getvalue())
 
@@ -212,11 +213,11 @@ def tokenizer_file(workdir_or_path: str | os.PathLike) -> epath.Path:
     for name in (SPM_FILE, JSON_FILE):
       if (path / name).exists():
         return path / name
-    raise FileNotFoundError(f"{path} holds no {SPM_FILE} or {JSON_FILE}; pass the workdir of a "
+    raise MissingFileError(f"{path} holds no {SPM_FILE} or {JSON_FILE}; pass the workdir of a "
                             "run that has read its data (training writes the tokenizer there) "
                             "or the tokenizer file itself.")
   if not path.exists():
-    raise FileNotFoundError(f"Tokenizer file {path} does not exist; pass a workdir or an existing "
+    raise MissingFileError(f"Tokenizer file {path} does not exist; pass a workdir or an existing "
                             f"{SPM_FILE} / {JSON_FILE}.")
   return path
 
@@ -235,7 +236,7 @@ def load_tokenizer(workdir_or_path: str | os.PathLike) -> Tokenizer:
       return SyntheticTokenizer(spec["task"], int(spec["vocab_size"]))
   except (ValueError, KeyError, TypeError):
     pass
-  raise ValueError(f"Tokenizer file {path} is not a tokenizer.json this package wrote; delete it "
+  raise ConfigError(f"Tokenizer file {path} is not a tokenizer.json this package wrote; delete it "
                    "and rerun training to write it again.")
 
 
@@ -251,7 +252,7 @@ def get_tokenizer(cfg: Any, *, workdir: str | None, train_texts: Any,
   """
   kind = cfg.kind
   if kind not in KINDS:
-    raise ValueError(f"tokenizer.kind={kind!r} is not one of {list(KINDS)}.")
+    raise ConfigError(f"tokenizer.kind={kind!r} is not one of {list(KINDS)}.")
   if kind == "bytes":
     tok: Tokenizer = ByteTokenizer()
     if workdir:
@@ -259,11 +260,18 @@ def get_tokenizer(cfg: Any, *, workdir: str | None, train_texts: Any,
     return tok
   own = epath.Path(workdir) / SPM_FILE if workdir else None
   path = epath.Path(cfg.path) if cfg.get("path") else own
+  if path is not None and path != own and not path.exists():
+    if not path.parent.is_dir():
+      raise MissingFileError(f"tokenizer.path={cfg.path}: its directory {path.parent} does not "
+                             "exist; pass an existing SentencePiece model, or a path in an "
+                             "existing directory to train one there.")
+    logging.warning("Tokenizer: tokenizer.path=%s does not exist yet; training a SentencePiece "
+                    "model and saving it there.", path)
   if path is not None and path.exists():
     tok = SentencePieceTokenizer(path.read_bytes(), origin=str(path))
     if path == own and tok.vocab_size != cfg.vocab_size:
       # A resumed run must read its data as it was trained: refuse a silent vocabulary change.
-      raise ValueError(f"{path} has {tok.vocab_size} pieces but tokenizer.vocab_size="
+      raise ConfigError(f"{path} has {tok.vocab_size} pieces but tokenizer.vocab_size="
                        f"{cfg.vocab_size}; set --config.tokenizer.vocab_size={tok.vocab_size} to "
                        "resume, or use a new --workdir.")
     logging.info("Tokenizer: reusing %s (%d pieces).", path, tok.vocab_size)
@@ -288,7 +296,13 @@ def save_to_workdir(tok: Tokenizer, workdir: str) -> None:
   path = epath.Path(workdir) / tok.file_name
   if not path.exists():
     tok.save(path)
-  elif path.read_bytes() != tok.to_bytes():
-    raise ValueError(f"{path} holds a different tokenizer than this config gives (dataset or "
+    return
+  try:
+    load_tokenizer(path)
+  except ConfigError:
+    raise ConfigError(f"{path} is damaged (not a tokenizer this package wrote); delete it and "
+                      "rerun: it is written again from the config.") from None
+  if path.read_bytes() != tok.to_bytes():
+    raise ConfigError(f"{path} holds a different tokenizer than this config gives (dataset or "
                      "tokenizer.* changed); use a new --workdir, or restore the config of this "
                      "run.")

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer.config import ModelConfig
+from transformer.errors import ConfigError
 from transformer.models import DecoderOnly, Transformer, init_cache
 from transformer.token_ids import EOS_ID, PAD_ID
 
@@ -58,7 +59,7 @@ class DecodeConfig:
 
   def __post_init__(self):
     if self.method not in METHODS:
-      raise ValueError(f"Decoding method {self.method!r} is unknown; use one of "
+      raise ConfigError(f"Decoding method {self.method!r} is unknown; use one of "
                        f"{', '.join(METHODS)}.")
     for name, ok, rule in (("beam_size", self.beam_size >= 1, ">= 1"),
                            ("alpha", self.alpha >= 0.0, ">= 0"),
@@ -67,7 +68,7 @@ class DecodeConfig:
                            ("top_p", 0.0 < self.top_p <= 1.0, "in (0, 1] (1 = off)"),
                            ("extra_len", self.extra_len >= 0, ">= 0")):
       if not ok:
-        raise ValueError(f"Decoding {name}={getattr(self, name)!r} must be {rule}.")
+        raise ConfigError(f"Decoding {name}={getattr(self, name)!r} must be {rule}.")
 
 
 def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -322,11 +323,14 @@ def decode(model: nn.Module, params: Any, inputs: Any, config: DecodeConfig = De
   length = inputs.shape[1]
   if isinstance(model, DecoderOnly):
     if length >= cfg.max_len:
-      raise ValueError(f"Prompts of {length} tokens leave no room in max_len={cfg.max_len}; "
+      raise ConfigError(f"Prompts of {length} tokens leave no room in max_len={cfg.max_len}; "
                        f"truncate them to at most {cfg.max_len - 1} tokens.")
     num_steps = min(2 * length + config.extra_len, cfg.max_len)
     room = num_steps - _num_tokens(inputs)
   else:
+    if length > cfg.max_len:
+      raise ConfigError(f"Sources of {length} tokens exceed the model's max_len={cfg.max_len} "
+                        f"(its position table); truncate them to at most {cfg.max_len} tokens.")
     num_steps = min(length + config.extra_len, cfg.max_len)
     room = jnp.full((inputs.shape[0],), num_steps, jnp.int32)
   if out_limit is None:

@@ -6,6 +6,7 @@ them. scripts/decode.py reads and writes files or stdin/stdout through `decode_f
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -14,9 +15,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from transformer.data import corpus_files
 from transformer.inference import decoding, evaluation, loading
 from transformer.inference.decoding import DecodeConfig
-from transformer.token_ids import EOS_ID
+from transformer.token_ids import EOS_ID, UNK_ID
 
 
 def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
@@ -26,12 +28,19 @@ def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
   return dataset in ("synthetic", "parallel_text") or "translate" in dataset
 
 
+def model_input_limit(loaded: loading.Loaded) -> int:
+  """The most input tokens the model's position table covers: max_len for a source, one
+  less for an LM prompt (so that it can be continued)."""
+  return loaded.model_config.max_len - 1 if loaded.is_lm else loaded.model_config.max_len
+
+
 def max_input_len(loaded: loading.Loaded) -> int:
-  """Input tokens a line may have (EOS included): the training rows' length for a source;
-  one less than max_len for an LM prompt, so that it can be continued."""
-  limit = min(int(loaded.experiment.get("max_len") or loaded.model_config.max_len),
-              loaded.model_config.max_len)
-  return loaded.model_config.max_len - 1 if loaded.is_lm else limit
+  """Input tokens a line may have by default (EOS included): the training rows' length for a
+  source, within what the model covers; `model_input_limit` for an LM prompt."""
+  if loaded.is_lm:
+    return model_input_limit(loaded)
+  return min(int(loaded.experiment.get("max_len") or loaded.model_config.max_len),
+             model_input_limit(loaded))
 
 
 def encode_lines(loaded: loading.Loaded, lines: Sequence[str], max_len: Optional[int] = None,
@@ -42,9 +51,11 @@ def encode_lines(loaded: loading.Loaded, lines: Sequence[str], max_len: Optional
   max_len = max_input_len(loaded) if max_len is None else max_len
   add_eos = prompt_ends_with_eos(loaded.experiment) if loaded.is_lm else True
   add_eos = add_eos if prompt_eos is None else prompt_eos
-  out, truncated = [], 0
-  for line in lines:
+  out, truncated, unknown = [], 0, []
+  for n, line in enumerate(lines, 1):
     ids = list(loaded.tokenizer.encode(line))
+    if UNK_ID in ids:
+      unknown.append(n)
     if not ids:
       out.append([])
       continue
@@ -53,6 +64,9 @@ def encode_lines(loaded: loading.Loaded, lines: Sequence[str], max_len: Optional
       truncated += 1
       ids = ids[:max_len - 1] + [EOS_ID] if add_eos else ids[:max_len]
     out.append(ids)
+  if unknown:
+    logging.warning("%d input line(s) held symbols the tokenizer lacks, read as UNK (first: line "
+                    "%d); the model never saw them in training.", len(unknown), unknown[0])
   return out, truncated
 
 
@@ -67,12 +81,19 @@ def decode_lines(loaded: loading.Loaded, lines: Sequence[str], config: DecodeCon
   """
   if batch_size < 1:
     raise loading.InferenceError(f"batch_size={batch_size} must be >= 1.")
+  limit = model_input_limit(loaded)
+  if max_len is not None and not 1 <= max_len <= limit:
+    raise loading.InferenceError(
+        f"--max_input_len={max_len} is outside [1, {limit}]: the model's position table "
+        f"(max_len={loaded.model_config.max_len}) covers at most {limit} input tokens.")
   cap = max_input_len(loaded) if max_len is None else max_len
   ids, truncated = encode_lines(loaded, lines, cap, prompt_eos)
   if truncated:
-    logging.warning("%d of %d input line(s) had more than %d tokens and were truncated; pass a "
-                    "larger --max_input_len to keep them whole (training rows held %d).",
-                    truncated, len(lines), cap, max_input_len(loaded))
+    advice = (f"pass --max_input_len up to {limit} to keep more of them" if cap < limit else
+              f"the model's position table covers no more (max_len="
+              f"{loaded.model_config.max_len})")
+    logging.warning("%d of %d input line(s) had more than %d tokens and were truncated; %s.",
+                    truncated, len(lines), cap, advice)
   outputs = [""] * len(lines)
   order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: -len(ids[i]))
   rng = jax.random.PRNGKey(seed)
@@ -94,11 +115,31 @@ def decode_lines(loaded: loading.Loaded, lines: Sequence[str], config: DecodeCon
 
 def read_lines(path: str) -> list[str]:
   """Lines of a UTF-8 file ('-' = stdin) without their line break; a final line break does
-  not add an empty line."""
+  not add an empty line. Invalid UTF-8 is replaced by U+FFFD with a warning naming the line."""
   if path == "-":
-    return [line.rstrip("\n") for line in sys.stdin]
-  with open(path, encoding="utf-8") as f:
-    return [line.rstrip("\n") for line in f]
+    stream = getattr(sys.stdin, "buffer", None)  # a text stream stand-in has no bytes
+    raw = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    return corpus_files.split_utf8_lines(raw, "<stdin>")
+  try:
+    return corpus_files.read_lines(path)
+  except OSError as e:
+    raise loading.InferenceError(f"Cannot read --input={path} ({e.strerror}); pass an existing "
+                                 "text file, or '-' for stdin.") from None
+
+
+def check_writable(path: str) -> None:
+  """Raises an InferenceError now, before any decoding, if `path` ('-' = stdout) cannot be
+  written."""
+  if path == "-":
+    return
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise loading.InferenceError(f"Cannot write --output={path}: the directory {folder} does not "
+                                 "exist; create it or pass another path.")
+  if os.path.isdir(path) or not os.access(folder, os.W_OK) or (
+      os.path.exists(path) and not os.access(path, os.W_OK)):
+    raise loading.InferenceError(f"Cannot write --output={path} (a directory, or no write "
+                                 "permission); pass another path.")
 
 
 def write_lines(path: str, lines: Sequence[str]) -> None:
@@ -118,6 +159,7 @@ def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,
                 max_len: Optional[int] = None, prompt_eos: Optional[bool] = None,
                 seed: int = 0) -> None:
   """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`."""
+  check_writable(output_path)
   lines = read_lines(input_path)
   loaded = loading.load(workdir, step, tokenizer)
   outputs = decode_lines(loaded, lines, config, batch_size=batch_size, max_len=max_len,

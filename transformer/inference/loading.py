@@ -18,10 +18,11 @@ import ml_collections
 from transformer import checkpoint
 from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
+from transformer.errors import ConfigError, MissingFileError, RunError, one_line
 from transformer.models import DecoderOnly, model_for
 
 
-class InferenceError(ValueError):
+class InferenceError(ConfigError):
   """A mistake the user can fix (workdir, checkpoint, tokenizer); one sentence with the fix."""
 
 
@@ -49,8 +50,8 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
   try:
     saved = checkpoint.read_config(workdir)
     loaded = checkpoint.load_params(workdir, step)
-  except (FileNotFoundError, RuntimeError) as e:  # no checkpoint, or none readable
-    raise InferenceError(_one_line(e)) from None
+  except (MissingFileError, RunError) as e:  # no checkpoint, or none readable
+    raise InferenceError(one_line(e, limit=1000)) from None
   (params, model_config), step = loaded, loaded.step
   if "experiment" not in saved:
     raise InferenceError(f"{workdir}/config.json has no 'experiment' entry, so it was not "
@@ -65,11 +66,11 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
 def _tokenizer(workdir: str, experiment: ml_collections.ConfigDict, path: Optional[str]):
   try:
     return tokenizers.load_tokenizer(path or workdir)
-  except FileNotFoundError as e:
+  except MissingFileError as e:
     if path is None and experiment.get("dataset") == "synthetic":
       s = experiment.synthetic  # a run from before workdirs held their tokenizer
       return tokenizers.SyntheticTokenizer(s.task, s.vocab_size)
-    raise InferenceError(_one_line(e)) from None
+    raise InferenceError(one_line(e, limit=1000)) from None
 
 
 def _check_vocab(tok: Any, model_config: ModelConfig, experiment: ml_collections.ConfigDict,
@@ -83,7 +84,3 @@ def _check_vocab(tok: Any, model_config: ModelConfig, experiment: ml_collections
         f"The tokenizer of {where} has {size} ids but the checkpoint's model has "
         f"vocab_size={want}: they were not trained together; use the workdir's own tokenizer "
         "(drop --tokenizer) or the workdir whose checkpoints it was trained with.")
-
-
-def _one_line(e: BaseException) -> str:
-  return " ".join(str(e).strip("'\"").split())

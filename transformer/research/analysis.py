@@ -24,6 +24,7 @@ import numpy as np
 
 from transformer import checkpoint, diagnostics
 from transformer.data import pipeline
+from transformer.errors import ConfigError, RunError
 from transformer.training import experiment
 from transformer.training.writers import METRICS_FILE, read_metrics
 
@@ -175,7 +176,19 @@ def _markdown(result: dict[str, Any]) -> str:
 def analyze(workdir: str, step: Optional[int] = None,
             num_batches: int = NUM_BATCHES) -> dict[str, Any]:
   """Runs the analysis of `workdir`; writes WORKDIR/plots/ and returns analysis.json's dict."""
+  if num_batches < 1:
+    raise ConfigError(f"num_batches={num_batches} must be >= 1.")
   loaded = checkpoint.load_params(workdir, step)
+  plots_dir = os.path.join(workdir, "plots")
+  try:  # checked before the work, not after it
+    os.makedirs(plots_dir, exist_ok=True)
+    probe = os.path.join(plots_dir, f".write-test-{os.getpid()}")
+    open(probe, "w").close()
+    os.remove(probe)
+  except OSError as e:
+    raise RunError(f"The analysis is written to {plots_dir}, which cannot be written "
+                   f"({e.strerror}); copy the workdir somewhere writable and analyse the "
+                   "copy.") from None
   (params, model_config), step = loaded, loaded.step
   config = ml_collections.ConfigDict(checkpoint.read_config(workdir)["experiment"])
   model = experiment.build_model(config, model_config)
@@ -191,7 +204,7 @@ def analyze(workdir: str, step: Optional[int] = None,
     out = diagnostics.scale_diagnostics(model, params, batch, jnp.asarray(counts.frequency()))
     results.append(jax.device_get(out))
   if not results:
-    raise ValueError(f"The eval split of {workdir} yielded no batches; nothing to analyse.")
+    raise ConfigError(f"The eval split of {workdir} yielded no batches; nothing to analyse.")
   diag = diagnostics.mean_over_batches(results)
 
   embedding, residual = {}, {}
@@ -207,8 +220,6 @@ def analyze(workdir: str, step: Optional[int] = None,
       residual.setdefault(n.stack, {})[n.layer] = value
   attention = _attention_rows(diag)
 
-  plots_dir = os.path.join(workdir, "plots")
-  os.makedirs(plots_dir, exist_ok=True)
   records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, METRICS_FILE)) else []
   result = {
       "workdir": os.path.abspath(workdir), "step": step, "num_batches": len(results),

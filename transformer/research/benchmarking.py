@@ -37,6 +37,7 @@ import numpy as np
 from transformer import diagnostics
 from transformer.config import ModelConfig
 from transformer.data import pipeline
+from transformer.errors import ConfigError
 from transformer.inference import decoding
 from transformer.models import Transformer
 from transformer.token_ids import EOS_ID
@@ -116,7 +117,7 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   """
   unknown = sorted(set(modes) - set(MODES))
   if unknown:
-    raise ValueError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}.")
+    raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}.")
 
   vocab = config.model.vocab_size or 32000
   cfg = experiment.model_config(config, vocab_size=vocab)

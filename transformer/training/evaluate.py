@@ -19,6 +19,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from transformer.data import pipeline
+from transformer.errors import UserError
 from transformer.inference import evaluation, lines, loading
 from transformer.inference.decoding import DecodeConfig
 from transformer.training import sharding, steps
@@ -46,7 +47,8 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   """Loss, perplexity and token accuracy on the eval split; for a seq2seq model also BLEU and
   exact-sequence accuracy of `config`'s decoding. Writes WORKDIR/eval/<step>/results.json,
   and hypotheses.txt / references.txt / sources.txt (one example a line) that
-  `sacrebleu references.txt -i hypotheses.txt` scores as `results['bleu']`."""
+  `sacrebleu references.txt -i hypotheses.txt` scores as `results['bleu']`. Without decoding
+  (decode=False, or an LM), the BLEU an earlier call wrote for this step is kept."""
   loaded = loading.load(workdir, step)
   exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
   if tfds_data_dir:
@@ -56,7 +58,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   exp.batch_size = -(-(batch_size or exp.batch_size) // devices) * devices  # splits evenly
   try:
     datasets = pipeline.get_datasets(exp, workdir=workdir)
-  except (ValueError, FileNotFoundError) as e:
+  except UserError as e:
     raise loading.InferenceError(
         f"The eval data of {workdir} cannot be read ({' '.join(str(e).split())}).") from None
   params = jax.device_put(loaded.params, sharding.replicated(mesh))
@@ -74,6 +76,11 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
                         ("sources", decoded.sources)):
       lines.write_lines(os.path.join(out_dir, f"{name}.txt"), texts)
   path = os.path.join(out_dir, "results.json")
+  if not (decode and not loaded.is_lm) and os.path.exists(path):
+    # This checkpoint's decoding, written earlier beside hypotheses.txt, is still its own:
+    # keep it (and the files) rather than a results.json that no longer matches them.
+    with open(path) as f:
+      results = {**json.load(f), **results}
   with open(path + ".tmp", "w") as f:
     json.dump(results, f, indent=2, sort_keys=True)
     f.write("\n")

@@ -19,7 +19,10 @@ from ml_collections import config_dict
 
 from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
 from transformer.data import synthetic
+from transformer.errors import ConfigError, MissingFileError
 from transformer.models import MODEL_TYPES, model_for
+from transformer.token_ids import NUM_RESERVED
+from transformer.training import optimizers
 from transformer.training.optimizers import default_optimizer_fields
 
 
@@ -42,7 +45,7 @@ def model_fields(recipe: str = "vaswani2017", **overrides: Any) -> ml_collection
   model = ml_collections.ConfigDict(fields)
   for k, v in overrides.items():
     if k not in model:
-      raise ValueError(f"ModelConfig has no field {k!r}.")
+      raise ConfigError(f"ModelConfig has no field {k!r}.")
     model[k] = str(v) if k in SCALE_FIELDS else v
   return model
 
@@ -94,15 +97,53 @@ def base_config() -> ml_collections.ConfigDict:
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
   """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
   if config.model_type not in MODEL_TYPES:
-    raise ValueError(f"model_type={config.model_type!r} is not one of {list(MODEL_TYPES)}.")
+    raise ConfigError(f"model_type={config.model_type!r} is not one of {list(MODEL_TYPES)}.")
   fields = {k: parse_scale(v) for k, v in config.model.items()
             if k != "recipe" and v is not None}
   fields.setdefault("vocab_size", vocab_size)
   fields.setdefault("max_len", config.max_len)
   if fields["vocab_size"] < vocab_size:
-    raise ValueError(f"model.vocab_size={fields['vocab_size']} is smaller than the dataset's "
+    raise ConfigError(f"model.vocab_size={fields['vocab_size']} is smaller than the dataset's "
                      f"vocabulary ({vocab_size}); leave it unset to use the dataset's.")
   return ModelConfig.from_recipe(config.model.recipe, **fields)
+
+
+# Fields that must be integers >= 1, and those >= 0 (0 = off).
+_AT_LEAST_ONE = ("num_train_steps", "batch_size", "max_len", "log_every_steps",
+                 "eval_every_steps", "checkpoint_every_steps", "tokenizer.train_examples")
+_AT_LEAST_ZERO = ("diagnostics_every_steps", "bleu_every_steps", "num_decode_examples",
+                  "loss_chunk_size", "warmup_steps")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Checks every setting that needs no data: a mistake ends a run before it writes anything.
+
+  What depends on the data (the vocabulary, the corpus) is checked when it is read.
+  """
+  for names, low in ((_AT_LEAST_ONE, 1), (_AT_LEAST_ZERO, 0)):
+    for name in names:
+      value = config
+      for part in name.split("."):
+        value = value.get(part) if value is not None else None
+      if value is None and "." in name:
+        continue  # an optional sub-config this experiment does not have
+      if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name}={value!r} must be an integer >= {low}"
+                          f"{' (0 = off)' if low == 0 else ''}.")
+  keep = config.get("keep_checkpoints")
+  if keep is not None and (not isinstance(keep, int) or keep < 1):
+    raise ConfigError(f"keep_checkpoints={keep!r} must be None (keep all) or an integer >= 1.")
+  if not 0.0 <= config.label_smoothing < 1.0:
+    raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
+  if config.z_loss < 0:
+    raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
+  optimizers.make_optimizer(config)  # the optimizer fields and the schedule
+  # The model's own checks, with a stand-in vocabulary (the data's comes later).
+  model = model_config(config, config.model.vocab_size or NUM_RESERVED + 1)
+  if config.max_len > model.max_len and model.posemb in ("sinusoidal", "learned"):
+    raise ConfigError(f"Rows of max_len={config.max_len} tokens exceed the model's position "
+                      f"table (model.max_len={model.max_len}); raise model.max_len or lower "
+                      "max_len.")
 
 
 def load_module(path: str) -> types.ModuleType:
@@ -116,7 +157,7 @@ def load_module(path: str) -> types.ModuleType:
 def load_config(path: str) -> ml_collections.ConfigDict:
   """get_config() of a config file (as --config=PATH does), for tests, sweeps and notebooks."""
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"Config file {path} does not exist; pass a path like configs/default.py.")
+    raise MissingFileError(f"Config file {path} does not exist; pass a path like configs/default.py.")
   return load_module(path).get_config()
 
 

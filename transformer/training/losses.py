@@ -11,6 +11,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from transformer.errors import ConfigError
+
 
 class LossOutput(NamedTuple):
   """Weighted sums over positions (float32 scalars), plus the per-position log partition.
@@ -74,12 +76,12 @@ def cross_entropy(
         f"cross_entropy needs logits [B, L, V] and targets [B, L], got {logits.shape} and "
         f"{targets.shape}.")
   if not 0.0 <= label_smoothing < 1.0:
-    raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
+    raise ConfigError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
   if z_loss < 0.0:
-    raise ValueError(f"z_loss must be >= 0, got {z_loss}.")
+    raise ConfigError(f"z_loss must be >= 0, got {z_loss}.")
   vocab_size = logits.shape[-1]
   if label_smoothing > 0.0 and vocab_size < 2:
-    raise ValueError("label_smoothing needs a vocabulary of at least 2 tokens.")
+    raise ConfigError("label_smoothing needs a vocabulary of at least 2 tokens.")
 
   logits = logits.astype(jnp.float32)
   if weights is None:

@@ -17,12 +17,14 @@ Steps are counted in optimizer updates: one train_step call is one update on the
 batch_size, whatever grad_accum_steps is (it only trades memory for time).
 """
 
+import math
 from typing import Any
 
 import jax
 import ml_collections
 import optax
 
+from transformer.errors import ConfigError
 from transformer.training import schedules
 
 OPTIMIZERS = ("adam", "adamw", "adafactor", "sgd")
@@ -53,17 +55,20 @@ def default_optimizer_fields() -> dict[str, Any]:
 def _check_fields(config: ml_collections.ConfigDict) -> None:
   missing = [k for k in default_optimizer_fields() if k not in config]
   if missing:
-    raise ValueError(
+    raise ConfigError(
         f"The config lacks optimizer field(s) {', '.join(missing)}; add them with "
         "config.update(transformer.training.optimizers.default_optimizer_fields()).")
   if config.optimizer not in OPTIMIZERS:
-    raise ValueError(
+    raise ConfigError(
         f"Unknown optimizer {config.optimizer!r}; use one of {', '.join(OPTIMIZERS)}.")
   if not (isinstance(config.grad_accum_steps, int) and config.grad_accum_steps >= 1):
-    raise ValueError(
+    raise ConfigError(
         f"grad_accum_steps must be an integer >= 1 (1 = off), got {config.grad_accum_steps!r}.")
+  if not (isinstance(config.learning_rate, (int, float)) and math.isfinite(config.learning_rate)
+          and config.learning_rate > 0):
+    raise ConfigError(f"learning_rate must be a finite number > 0, got {config.learning_rate!r}.")
   if config.grad_clip_norm is not None and config.grad_clip_norm < 0:
-    raise ValueError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
+    raise ConfigError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
 
 
 def _update_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:

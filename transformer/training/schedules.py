@@ -10,6 +10,8 @@ so no update is wasted with a zero rate.
 import jax.numpy as jnp
 import optax
 
+from transformer.errors import ConfigError
+
 SCHEDULES = ("rsqrt", "cosine", "constant", "linear")
 
 
@@ -38,13 +40,13 @@ def make_schedule(
   Linear warmup is lr * min(1, s / warmup); warmup_steps = 0 means none (not for 'rsqrt').
   """
   if name not in SCHEDULES:
-    raise ValueError(f"Unknown schedule {name!r}; use one of {', '.join(SCHEDULES)}.")
+    raise ConfigError(f"Unknown schedule {name!r}; use one of {', '.join(SCHEDULES)}.")
   if warmup_steps < 0:
-    raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}.")
+    raise ConfigError(f"warmup_steps must be >= 0, got {warmup_steps}.")
   if name == "rsqrt" and warmup_steps == 0:
-    raise ValueError("The 'rsqrt' schedule needs warmup_steps >= 1 (its peak is at warmup).")
+    raise ConfigError("The 'rsqrt' schedule needs warmup_steps >= 1 (its peak is at warmup).")
   if name in ("cosine", "linear") and total_steps < warmup_steps:
-    raise ValueError(
+    raise ConfigError(
         f"The {name!r} schedule needs total_steps >= warmup_steps, got {total_steps} < "
         f"{warmup_steps}.")
   warmup = max(warmup_steps, 1)  # A warmup of 0 or 1 both give the peak at s = 1.

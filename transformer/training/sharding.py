@@ -14,6 +14,8 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from transformer.errors import ConfigError
+
 DATA_AXIS = "data"
 
 
@@ -59,7 +61,7 @@ def check_batch_size(batch_size: int, mesh: Mesh) -> None:
   """The global batch must split evenly over the devices."""
   n = mesh.devices.size
   if batch_size % n:
-    raise ValueError(f"batch_size={batch_size} is not divisible by the {n} devices; set "
+    raise ConfigError(f"batch_size={batch_size} is not divisible by the {n} devices; set "
                      f"--config.batch_size to a multiple of {n}.")
 
 

@@ -11,6 +11,10 @@ import math
 import os
 from typing import Any, Mapping, Optional
 
+from absl import logging
+
+from transformer.errors import RunError
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -56,20 +60,61 @@ class MetricWriter:
       self._tb = None
 
 
+def _read_records(path: str) -> tuple[list[tuple[str, dict[str, Any]]], Optional[str]]:
+  """([(line, record)], torn): the records of metrics.jsonl with their lines, and its last
+  line when a crash or a full disk cut it off mid-write (it is then left out).
+
+  Any other line that is not a record is an error naming the file and the line.
+  """
+  with open(path, "rb") as f:
+    raw = f.read().decode("utf-8", errors="replace")
+  lines = raw.split("\n")
+  out, torn = [], None
+  for n, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    last = n == len(lines)  # no line break after it: the write may have been cut off
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      if last:
+        torn = line
+        continue
+      raise RunError(f"{path} line {n} is not JSON ({e.msg}); remove or repair that line "
+                     "(each line is one record written by training).") from None
+    if not (isinstance(record, dict) and isinstance(record.get("step"), int)
+            and isinstance(record.get("split"), str)):
+      raise RunError(f"{path} line {n} is not a metrics record (it needs an integer 'step' and "
+                     "a 'split'); remove that line.")
+    out.append((line, record))
+  if torn is not None:
+    logging.warning("%s: its last line was cut off mid-write (a crash or a full disk) and is "
+                    "left out: %r", path, torn[:80])
+  return out, torn
+
+
 def _drop_after(path: str, step: int) -> None:
-  """Keeps the lines of steps <= `step` (a resumed run rewrites what came after)."""
+  """Keeps the records of steps <= `step` (a resumed run rewrites what came after) and drops
+  a cut-off last line; the file is replaced atomically."""
   if not os.path.exists(path):
     return
-  with open(path) as f:
-    lines = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-  with open(path + ".tmp", "w") as f:
-    f.writelines(lines)
-  os.replace(path + ".tmp", path)
+  records, _ = _read_records(path)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "w") as f:
+    f.writelines(line + "\n" for line, r in records if r["step"] <= step)
+  os.replace(tmp, path)
+
+
+def last_step(workdir: str) -> int:
+  """The largest step in WORKDIR/metrics.jsonl; 0 when there is none."""
+  path = os.path.join(workdir, METRICS_FILE)
+  if not os.path.exists(path):
+    return 0
+  return max((r["step"] for _, r in _read_records(path)[0]), default=0)
 
 
 def read_metrics(workdir: str, split: Optional[str] = None) -> list[dict[str, Any]]:
-  """The records of metrics.jsonl, optionally of one split ('train' or 'eval')."""
-  path = os.path.join(workdir, METRICS_FILE)
-  with open(path) as f:
-    records = [json.loads(line) for line in f if line.strip()]
-  return [r for r in records if split is None or r["split"] == split]
+  """The records of metrics.jsonl, optionally of one split ('train' or 'eval'); a last line
+  cut off mid-write is left out with a warning."""
+  records, _ = _read_records(os.path.join(workdir, METRICS_FILE))
+  return [r for _, r in records if split is None or r["split"] == split]

@@ -25,6 +25,7 @@ from typing import Any
 import ml_collections
 
 from transformer.config import SCALE_FIELDS
+from transformer.errors import ConfigError
 from transformer.training import experiment
 
 POINTS_DIR = "points"
@@ -50,10 +51,10 @@ class Sweep:
 def load_sweep(path: str) -> Sweep:
   """get_sweep() of a sweep file; one-line errors for a missing or malformed file."""
   if not os.path.isfile(path):
-    raise ValueError(f"Sweep file {path} does not exist; pass one of configs/sweeps/*.py.")
+    raise ConfigError(f"Sweep file {path} does not exist; pass one of configs/sweeps/*.py.")
   module = experiment.load_module(path)
   if not hasattr(module, "get_sweep"):
-    raise ValueError(f"{path} has no get_sweep() function.")
+    raise ConfigError(f"{path} has no get_sweep() function.")
   sweep = module.get_sweep()
   check_sweep(sweep)
   return sweep
@@ -87,15 +88,15 @@ def format_value(value: Any) -> str:
 def check_sweep(sweep: Sweep) -> None:
   """Raises ValueError with one line for a malformed sweep."""
   if not isinstance(sweep, Sweep):
-    raise ValueError(f"get_sweep() must return a transformer.research.sweeps.Sweep, not {type(sweep)}.")
+    raise ConfigError(f"get_sweep() must return a transformer.research.sweeps.Sweep, not {type(sweep)}.")
   if not sweep.seeds:
-    raise ValueError("The sweep has no seeds.")
+    raise ConfigError("The sweep has no seeds.")
   if not os.path.isfile(sweep.base):
-    raise ValueError(f"base={sweep.base!r} is not a file (run from the repository root).")
+    raise ConfigError(f"base={sweep.base!r} is not a file (run from the repository root).")
   for axis in sweep.axes:
     lengths = {len(v) for v in axis.values()}
     if len(lengths) != 1:
-      raise ValueError(f"The fields of one axis move together and need equally many values: "
+      raise ConfigError(f"The fields of one axis move together and need equally many values: "
                        f"{dict(axis)}.")
   base = experiment.load_config(sweep.base)
   for field in list(sweep.fixed.keys()) + [f for a in sweep.axes for f in a]:
@@ -114,7 +115,7 @@ def expand(sweep: Sweep) -> list[Point]:
     points.extend(Point(overrides, int(seed)) for seed in sweep.seeds)
   names = [p.name for p in points]
   if len(set(names)) != len(names):
-    raise ValueError("Two points of the sweep have the same name; give axes distinct values.")
+    raise ConfigError("Two points of the sweep have the same name; give axes distinct values.")
   return points
 
 
@@ -123,10 +124,10 @@ def _get_parent(config: ml_collections.ConfigDict, field: str):
   node = config
   for part in path:
     if part not in node:
-      raise ValueError(f"The experiment config has no field {field!r}.")
+      raise ConfigError(f"The experiment config has no field {field!r}.")
     node = node[part]
   if leaf not in node:
-    raise ValueError(f"The experiment config has no field {field!r}.")
+    raise ConfigError(f"The experiment config has no field {field!r}.")
   return node, leaf
 
 

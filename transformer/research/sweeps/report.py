@@ -6,6 +6,7 @@ import csv
 import os
 from typing import Any, Optional
 
+from transformer.errors import ConfigError
 from transformer.research.sweeps.grid import POINTS_DIR, Sweep, expand, format_value, short_name
 from transformer.research.sweeps.plots import curve_plots, fit_plot
 from transformer.research.sweeps.stats import (cell, fit_slopes, load_results, mean_std,
@@ -17,7 +18,7 @@ def aggregate(sweep: Sweep, workdir: str,
   """Writes results.md, results.csv and plots/*.png from the stored result.json files."""
   results = load_results(workdir)
   if not results:
-    raise ValueError(f"No finished points under {os.path.join(workdir, POINTS_DIR)}.")
+    raise ConfigError(f"No finished points under {os.path.join(workdir, POINTS_DIR)}.")
   groups = ordered_groups(sweep, results)
   fields = [f for axis in sweep.axes for f in axis]
   metrics = list(sweep.metrics)

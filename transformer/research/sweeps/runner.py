@@ -24,6 +24,7 @@ import ml_collections
 from absl import logging
 
 from transformer.data import pipeline
+from transformer.errors import ConfigError
 from transformer.inference import loading
 from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep, expand,
@@ -72,7 +73,7 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
     exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
     exp.max_len = int(loaded.experiment.max_len * factor)
     if exp.max_len > loaded.model.config.max_len:
-      raise ValueError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
+      raise ConfigError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
     exp.batch_size = max(mesh.devices.size, loaded.experiment.batch_size // factor)
     datasets = pipeline.get_datasets(exp, workdir=run_dir)
     out[f"length_{factor:g}x/loss"] = steps.evaluate(eval_step, params, datasets.eval_batches(),
@@ -131,7 +132,7 @@ def run_sweep(sweep: Sweep, workdir: str,
     wanted = set(only)
     unknown = wanted - {p.name for p in points}
     if unknown:
-      raise ValueError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
+      raise ConfigError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
     points = [p for p in points if p.name in wanted]
   todo = [p for p in points if not is_finished(workdir, p)]
   logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),

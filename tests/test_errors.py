@@ -1,0 +1,73 @@
+"""The error boundary: a user's mistake is one line and exit 1, anything else its traceback."""
+
+import pytest
+from absl import app
+
+from transformer import errors
+
+
+def _boundary(main, capsys):
+  """Runs main behind run_script as a script would; returns (exit code or None, stderr)."""
+  try:
+    errors.run_script(main)
+  except SystemExit as e:
+    code = e.code
+    if isinstance(code, str):  # sys.exit("error: ...") prints the text and exits 1
+      return 1, code
+    return code, capsys.readouterr().err
+  return None, capsys.readouterr().err
+
+
+def test_a_user_error_is_one_line_once(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog"])
+
+  def main(argv):
+    raise errors.ConfigError("batch_size=3 must be\na multiple of 8; set it to 8.")
+
+  code, err = _boundary(main, capsys)
+  assert (code, err) == (1, "error: batch_size=3 must be a multiple of 8; set it to 8.")
+
+
+@pytest.mark.parametrize("bug", [KeyError("step"), TypeError("unsupported operand"),
+                                 ValueError("Expecting value: line 1 column 1"),
+                                 FileNotFoundError("/tmp/orbax/x")])
+def test_anything_else_raised_in_main_keeps_its_traceback(monkeypatch, capsys, bug):
+  monkeypatch.setattr("sys.argv", ["prog"])
+
+  def main(argv):
+    raise bug
+
+  with pytest.raises(type(bug)):
+    errors.run_script(main)
+
+
+def test_mistakes_found_while_the_flags_are_parsed_are_one_line(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog", "--config=c.py", "--config.model.dmodel=3"])
+
+  def parse_fails(main):  # what ml_collections raises for an unknown field, before main
+    raise AttributeError("'dmodel'\\nDid you mean \"d_model\" instead of \"dmodel\"?")
+
+  monkeypatch.setattr(app, "run", parse_fails)
+  code, err = _boundary(lambda argv: None, capsys)
+  assert code == 1
+  assert err == ("error: bad --config or override: --config.model.dmodel names no field of "
+                 "the config (unknown field 'dmodel'); Did you mean \"d_model\" instead of "
+                 "\"dmodel\"?")
+
+
+def test_an_interrupt_outside_the_loop_exits_130_without_a_traceback(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog"])
+
+  def main(argv):
+    raise KeyboardInterrupt
+
+  code, err = _boundary(main, capsys)
+  assert code == errors.EXIT_INTERRUPTED and err == "Interrupted.\n"
+
+
+def test_user_errors_are_also_the_builtin_callers_expect():
+  assert issubclass(errors.ConfigError, ValueError)
+  assert issubclass(errors.MissingFileError, FileNotFoundError)
+  assert issubclass(errors.RunError, RuntimeError)
+  assert errors.one_line(ValueError("a\n  b")) == "a b"
+  assert errors.one_line(ValueError("x" * 50), limit=10) == "xxxxxxx..."

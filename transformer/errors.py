@@ -1,0 +1,108 @@
+"""Mistakes a user can fix, and the one error boundary every script runs under.
+
+A `UserError` is a mistake in a setting, a file or a workdir; its message is one line that
+names the fix. Scripts print it as `error: MESSAGE` and exit 1. Anything else is a bug (ours,
+a library's, the machine's) and keeps its traceback. The subclasses also derive from the
+builtin a caller would expect (ValueError, FileNotFoundError, RuntimeError).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+EXIT_INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
+
+
+class UserError(Exception):
+  """A mistake the user can fix; the message is one line naming the fix."""
+
+
+class ConfigError(UserError, ValueError):
+  """An invalid setting: a config field, a flag, or data that does not fit them."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+  """A file or directory the user named (or a run should have written) is not there."""
+
+
+class RunError(UserError, RuntimeError):
+  """A run cannot go on as asked (damaged checkpoints, a full disk, a changed workdir)."""
+
+
+def one_line(e: Optional[BaseException], limit: int = 300) -> str:
+  """The message of e on one line, at most `limit` characters."""
+  text = " ".join(str(e).split())
+  return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def exit_with(message: str) -> NoReturn:
+  """Ends the script with `error: MESSAGE` on stderr (once) and exit status 1."""
+  sys.exit(f"error: {' '.join(message.split())}")
+
+
+def run_script(main: Callable[[Sequence[str]], Any]) -> None:
+  """absl's app.run(main) behind the boundary: a UserError ends with one line and exit 1.
+
+  A mistake in the flags, the --config file or an override, found while absl parses them
+  before `main` starts, is a user's too. Once `main` runs, anything but a UserError
+  (KeyError, TypeError, an orbax error ...) is a bug and is raised with its traceback.
+  KeyboardInterrupt outside the training loop (which saves and exits 130 itself) exits 130.
+  """
+  from absl import app  # deferred: library users of this module need no absl
+
+  started = False
+
+  def wrapped(argv: Sequence[str]) -> Any:
+    nonlocal started
+    started = True
+    return main(argv)
+
+  try:
+    app.run(wrapped)
+  except UserError as e:
+    exit_with(str(e))
+  except KeyboardInterrupt:
+    print("Interrupted.", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)
+  except (KeyError, AttributeError, ValueError, TypeError, OSError) as e:
+    if started:
+      raise
+    exit_with(f"bad --config or override: {config_flag_message(e)}")
+
+
+def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:
+  """What ml_collections' flag parsing means by e, in a user's words: a KeyError or
+  AttributeError naming a field of an override on the command line is an unknown field."""
+  raw = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+  # ml_collections nests the repr of a KeyError's message: undo its escapes.
+  raw = raw.replace("\\n", "\n").replace("\\'", "'").strip().strip("'\"")
+  first, _, hint = raw.partition("\n")
+  name = first.strip().strip("'\"")
+  argv = sys.argv if argv is None else argv
+  if isinstance(e, (KeyError, AttributeError)):
+    for arg in argv:
+      field = arg.partition("=")[0]
+      if field.startswith("--config.") and field.rsplit(".", 1)[-1] == name:
+        hint = " ".join(hint.split()) or "check its spelling against the config file"
+        return f"{field} names no field of the config (unknown field {name!r}); {hint}"
+  return " ".join(raw.split())
+
+
+def config_of(holder: Any) -> Any:
+  """The config of an ml_collections --config flag; a file that could not be loaded (it is
+  missing, say) is a ConfigError naming it, not a traceback at its first use."""
+  from absl import flags
+  from ml_collections import config_flags
+
+  config = holder.value
+  try:
+    config.keys()  # a config that failed to load raises here
+  except OSError as e:
+    path = config_flags.get_config_filename(flags.FLAGS[holder.name])
+    if not os.path.isfile(path.split(":")[0]):
+      raise ConfigError(f"--{holder.name}={path} does not exist; pass an existing config file "
+                        "such as configs/default.py.") from None
+    raise ConfigError(f"--{holder.name}={path} could not be loaded: {one_line(e)}.") from None
+  return config
