@@ -8,7 +8,6 @@ import pytest
 from test_grid import tiny_sweep
 from test_stats import fake_result
 from transformer.research import sweeps
-from transformer.research.sweeps import plots
 
 
 def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
@@ -30,9 +29,3 @@ def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
   csv_text = (tmp_path / "results.csv").read_text().splitlines()
   assert csv_text[0].startswith("head_dim,seeds,diverged,eval/nll mean")
   assert csv_text[1] == "8,3,0,3,1,3"
-
-
-def test_plot_names_and_units():
-  assert plots.slug("max:final/a/head_*/x") == "max_final_a_head_all_x"
-  assert plots.unit("eval/nll") == "nats" and plots.unit("init/embed/ratio") == "dimensionless"
-  assert plots.unit("diagnostics/decoder/embed/token_rms") == "activation units"

@@ -31,6 +31,11 @@ class RunError(UserError, RuntimeError):
   """A run cannot go on as asked (damaged checkpoints, a full disk, a changed workdir)."""
 
 
+class TrainingError(RunError):
+  """Training stopped on something the user can act on (a non-finite loss, a workdir that
+  holds another run, a full disk); the message says what to do."""
+
+
 def one_line(e: Optional[BaseException], limit: int = 300) -> str:
   """The message of e on one line, at most `limit` characters."""
   text = " ".join(str(e).split())
@@ -52,6 +57,7 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
   """
   from absl import app  # deferred: library users of this module need no absl
 
+  sys.unraisablehook = _without_closed_loop_noise(sys.unraisablehook)
   started = False
 
   def wrapped(argv: Sequence[str]) -> Any:
@@ -70,6 +76,20 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
     if started:
       raise
     exit_with(f"bad --config or override: {config_flag_message(e)}")
+
+
+def _without_closed_loop_noise(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+  """The unraisable-exception hook, minus 'Event loop is closed': after a failed checkpoint
+  read, orbax leaves tensorstore callbacks for its closed event loop, which otherwise print
+  tracebacks under the one-line message when they are collected at exit."""
+
+  def quiet(unraisable: Any) -> None:
+    e = unraisable.exc_value
+    if isinstance(e, RuntimeError) and "Event loop is closed" in str(e):
+      return
+    hook(unraisable)
+
+  return quiet
 
 
 def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:

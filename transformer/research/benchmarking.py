@@ -225,8 +225,9 @@ def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: i
   (so that a slow spell of a shared machine falls on both); each figure is the median:
   cached_tokens_per_sec, uncached_tokens_per_sec, speedup (the ratio of the medians).
   """
-  if num_tokens > model_config.max_len:
-    model_config = dataclasses.replace(model_config, max_len=num_tokens)
+  longest = max(num_tokens, source_len)  # the position table must cover sources and outputs
+  if longest > model_config.max_len:
+    model_config = dataclasses.replace(model_config, max_len=longest)
   model = Transformer(model_config)
   rng = np.random.default_rng(seed)
   inputs = jnp.asarray(rng.integers(3, model_config.vocab_size, (batch_size, source_len)),

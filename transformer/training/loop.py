@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import errno
-import signal
-import threading
 import time
 from typing import Any, Optional, Sequence
 
@@ -25,120 +22,12 @@ from absl import logging
 from tqdm import tqdm
 
 from transformer import checkpoint, diagnostics
-from transformer.config import ModelConfig
 from transformer.data import pipeline
-from transformer.errors import RunError, one_line
-from transformer.training import evaluate, experiment, sharding, steps
+from transformer.errors import TrainingError, one_line
+from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
+                                  workdir_checks)
 from transformer.training.losses import LossOutput, summarize
-from transformer.training import writers
 from transformer.training.writers import MetricWriter
-
-
-class TrainingError(RunError):
-  """A failure the user can act on; its message is one sentence with the fix."""
-
-
-def _check_workdir(workdir: str) -> bool:
-  """Makes the workdir if needed and checks that it is writable; True if it was made here."""
-  created = not os.path.exists(workdir)
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write-test-{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
-  except OSError as e:
-    raise TrainingError(f"Workdir {workdir} is not writable ({e.strerror}); pass a --workdir "
-                        "you can write to.") from None
-  return created
-
-
-# Fields whose change would make the saved data-iterator position mean other examples.
-_DATA_STREAM_FIELDS = ("dataset", "batch_size", "packing")
-
-
-def _check_resumable(workdir: str, config: ml_collections.ConfigDict,
-                     model_config: ModelConfig, has_checkpoints: bool) -> None:
-  """A workdir's run continues only with its own model and, once it has checkpoints, its own
-  data stream; config.json tells what they were."""
-  path = os.path.join(workdir, checkpoint.CONFIG_FILE)
-  if not os.path.exists(path):
-    return
-  saved_config = checkpoint.read_config(workdir)
-  saved = saved_config.get("model", {})
-  new = model_config.to_dict()
-  changed = sorted(k for k in set(saved) | set(new)
-                   if k in new and _normal(saved.get(k)) != _normal(new.get(k)))
-  if changed and not config.allow_model_change:
-    raise TrainingError(
-        f"Workdir {workdir} holds a run of a different model (changed: "
-        f"{', '.join(f'{k} {saved.get(k)!r} -> {new.get(k)!r}' for k in changed)}); use a new "
-        "--workdir, or pass --config.allow_model_change=True to resume it anyway.")
-  experiment_before = saved_config.get("experiment", {})
-  stream = [f"{k} {experiment_before[k]!r} -> {config.get(k)!r}" for k in _DATA_STREAM_FIELDS
-            if k in experiment_before and experiment_before[k] != config.get(k)]
-  if stream and has_checkpoints:
-    raise TrainingError(
-        f"Workdir {workdir} was trained with another data stream ({', '.join(stream)}); its "
-        "saved position in the data would point elsewhere; resume with the same settings or "
-        "use a new --workdir.")
-
-
-def _check_history(workdir: str, config: ml_collections.ConfigDict) -> None:
-  """Refuses to start from step 0 over the metrics of a run whose checkpoints are gone.
-
-  A run killed before its first checkpoint committed restarts (its metrics are rewritten
-  alike); a save waits for the one before, so records past twice checkpoint_every_steps
-  mean that a checkpoint existed and was removed.
-  """
-  logged = writers.last_step(workdir)
-  directory = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
-  set_aside = os.path.isdir(directory) and any(
-      name.endswith((".corrupt", ".nonfinite")) for name in os.listdir(directory))
-  if logged > 2 * config.checkpoint_every_steps and not set_aside:
-    raise TrainingError(
-        f"Workdir {workdir} holds metrics up to step {logged} but no checkpoint (was "
-        f"{directory} emptied?); training from step 0 would overwrite that history: move "
-        f"{os.path.join(workdir, writers.METRICS_FILE)} aside, or use a new --workdir.")
-  if logged:
-    logging.warning("No checkpoint in %s: training from step 0; the metrics logged up to step "
-                    "%d are written again.", workdir, logged)
-
-
-def _normal(v: Any) -> Any:
-  return list(v) if isinstance(v, tuple) else v
-
-
-class _StopSignals:
-  """SIGTERM and SIGINT (Ctrl-C) set a flag that the loop reads at a step boundary, where it
-  saves and returns; a second SIGINT interrupts at once. Restores the old handlers on exit."""
-
-  def __init__(self):
-    self.stopped_by: Optional[str] = None
-    self._old: dict[int, Any] = {}
-
-  def __enter__(self) -> "_StopSignals":
-    if threading.current_thread() is threading.main_thread():  # only there can Python trap them
-      for sig in (signal.SIGTERM, signal.SIGINT):
-        self._old[sig] = signal.signal(sig, self._handle)
-    return self
-
-  def _handle(self, signum: int, frame: Any) -> None:
-    if signum == signal.SIGINT and self.stopped_by == "SIGINT":
-      raise KeyboardInterrupt  # a second Ctrl-C: the user does not want to wait
-    self.stopped_by = self.stopped_by or signal.Signals(signum).name
-
-  def __exit__(self, *exc: Any) -> None:
-    for sig, handler in self._old.items():
-      signal.signal(sig, handler)
-
-
-def _all_processes_agree(value: bool) -> bool:
-  """True if any process says True (multi-host preemption reaches processes at different steps)."""
-  if jax.process_count() == 1:
-    return value
-  from jax.experimental import multihost_utils
-  return bool(np.any(multihost_utils.process_allgather(np.asarray(value))))
 
 
 def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.Datasets:
@@ -163,23 +52,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   final['stopped_by'] naming the signal.
   """
   experiment.validate(config)  # before anything is written
-  created = _check_workdir(workdir)
+  created = workdir_checks.check_workdir(workdir)
   try:
     datasets = _get_datasets(config, workdir)
   except BaseException:
     if created and not os.listdir(workdir):
       os.rmdir(workdir)  # a failed first attempt leaves no empty workdir behind
     raise
-  with _StopSignals() as signals:
+  with stop_signals.StopSignals() as signals:
     return _train(config, workdir, datasets, devices, signals)
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]], signals: _StopSignals) -> dict[str, Any]:
+           devices: Optional[Sequence[jax.Device]], signals: stop_signals.StopSignals) -> dict[str, Any]:
   model_config = experiment.model_config(config, datasets.vocab_size)
   resolved = {"experiment": config.to_dict(), "model": model_config.to_dict()}
   has_checkpoints = bool(checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir)))
-  _check_resumable(workdir, config, model_config, has_checkpoints)
+  workdir_checks.check_resumable(workdir, config, model_config, has_checkpoints)
 
   mesh = sharding.make_mesh(devices)
   sharding.check_batch_size(config.batch_size, mesh)
@@ -213,7 +102,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     state, start_step = restored
     logging.info("Resumed from step %d of %s.", start_step, workdir)
   elif primary:
-    _check_history(workdir, config)
+    workdir_checks.check_history(workdir, config)
   if primary:
     checkpoint.write_config(workdir, resolved)
   writer = MetricWriter(workdir, enabled=primary, resume_step=start_step)
@@ -259,7 +148,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   failed = True
   try:
     while step < num_steps:
-      if signals.stopped_by and _all_processes_agree(True):
+      if signals.stopped_by and stop_signals.any_process(True):
         break
       host_batch = next(train_iter)
       batch = sharding.global_batch(host_batch, mesh)
@@ -286,7 +175,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
           bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                           tok_s=f"{summary['tokens_per_sec']:.0f}")
           final["train"] = summary
-          if jax.process_count() > 1 and _all_processes_agree(bool(signals.stopped_by)):
+          if jax.process_count() > 1 and stop_signals.any_process(bool(signals.stopped_by)):
             signals.stopped_by = signals.stopped_by or "SIGTERM"  # another process's signal
       if step % config.eval_every_steps == 0 or is_last:
         final["eval"] = steps.evaluate(built.eval, state.params, datasets.eval_batches(), mesh)
@@ -313,8 +202,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
       final["stopped_by"] = signals.stopped_by
     failed = False
   except Exception as e:
-    if _disk_full(e):
-      raise _disk_full_error(workdir, e) from None
+    if workdir_checks.disk_full(e):
+      raise workdir_checks.disk_full_error(workdir, e) from None
     raise
   finally:
     bar.close()
@@ -323,28 +212,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
       ckpt.close()
     except Exception as e:  # noqa: BLE001
       if not failed:
-        if _disk_full(e):
-          raise _disk_full_error(workdir, e) from None
+        if workdir_checks.disk_full(e):
+          raise workdir_checks.disk_full_error(workdir, e) from None
         raise
       logging.warning("Closing the checkpointer after the error failed too: %s", one_line(e))
     writer.close()
   final["step"] = step
   return final
-
-
-def _disk_full(e: BaseException) -> bool:
-  """Whether e, or an error behind it, says the disk (or the quota) is full."""
-  seen = set()
-  while e is not None and id(e) not in seen:
-    seen.add(id(e))
-    if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or \
-        "No space left on device" in str(e):
-      return True
-    e = e.__cause__ or e.__context__
-  return False
-
-
-def _disk_full_error(workdir: str, e: BaseException) -> TrainingError:
-  return TrainingError(f"No space left on the disk of {workdir} ({one_line(e, 160)}); free "
-                       "space and rerun the same command: it resumes from the newest readable "
-                       "checkpoint.")

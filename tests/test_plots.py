@@ -1,0 +1,28 @@
+"""Sweep plots: one PNG per curve (mean over seeds, min-max band) and file names and units."""
+
+import os
+
+from test_grid import tiny_sweep
+from test_stats import fake_result
+from transformer.research.sweeps import plots
+
+
+def test_curve_plots_draw_each_curve_that_has_points(tmp_path):
+  sweep = tiny_sweep(curves=("train/loss", "diagnostics/decoder/embed/ratio", "eval/absent"))
+  groups = {}
+  for value in (8, 16):
+    for seed in (0, 1):
+      r = fake_result(value, seed, {})
+      r["curves"] = {"train/loss": [[s, 1.0 / (s + seed + value)] for s in (1, 2, 3)],
+                     "diagnostics/decoder/embed/ratio": [[0, 1.4], [2, 1.5 + seed]]}
+      groups.setdefault(r["group"], []).append(r)
+  paths = plots.curve_plots(sweep, groups, str(tmp_path))
+  assert [os.path.basename(p) for p in paths] == ["train_loss.png",
+                                                  "diagnostics_decoder_embed_ratio.png"]
+  assert all(os.path.getsize(p) > 1000 for p in paths)  # no PNG for a curve without points
+
+
+def test_plot_names_and_units():
+  assert plots.slug("max:final/a/head_*/x") == "max_final_a_head_all_x"
+  assert plots.unit("eval/nll") == "nats" and plots.unit("init/embed/ratio") == "dimensionless"
+  assert plots.unit("diagnostics/decoder/embed/token_rms") == "activation units"
