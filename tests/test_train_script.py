@@ -74,6 +74,7 @@ def test_mistakes_give_one_line_not_a_traceback(tfds_dir, tmp_path, flag, words)
   last = result.stderr.strip().splitlines()[-1]
   for word in words:
     assert word in last, result.stderr[-2000:]
+  assert not (tmp_path / "w").exists()  # nothing written before the mistake was found
 
 
 def test_a_missing_config_file_is_one_line_and_leaves_no_workdir(tmp_path):
