@@ -1,5 +1,9 @@
 """The error boundary: a user's mistake is one line and exit 1, anything else its traceback."""
 
+import logging
+import sys
+import types
+
 import pytest
 from absl import app
 
@@ -71,3 +75,18 @@ def test_user_errors_are_also_the_builtin_callers_expect():
   assert issubclass(errors.RunError, RuntimeError)
   assert errors.one_line(ValueError("a\n  b")) == "a b"
   assert errors.one_line(ValueError("x" * 50), limit=10) == "xxxxxxx..."
+
+
+def test_orbax_leftovers_after_a_failed_read_do_not_bury_the_message(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog"])
+  seen = []
+  monkeypatch.setattr("sys.unraisablehook", seen.append)
+  asyncio_log = logging.getLogger("asyncio")
+  monkeypatch.setattr(asyncio_log, "filters", [])
+  _boundary(lambda argv: None, capsys)  # installs both, as every script does
+  for e in (RuntimeError("Event loop is closed"), RuntimeError("something else")):
+    sys.unraisablehook(types.SimpleNamespace(exc_value=e))
+  assert [str(u.exc_value) for u in seen] == ["something else"]
+  record = lambda msg: logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, (), None)  # noqa: E731
+  assert asyncio_log.filter(record("Task was destroyed but it is pending!"))
+  assert not asyncio_log.filter(record("Task exception was never retrieved"))

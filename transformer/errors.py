@@ -8,6 +8,7 @@ builtin a caller would expect (ValueError, FileNotFoundError, RuntimeError).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
@@ -58,6 +59,7 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
   from absl import app  # deferred: library users of this module need no absl
 
   sys.unraisablehook = _without_closed_loop_noise(sys.unraisablehook)
+  logging.getLogger("asyncio").addFilter(_abandoned_task_filter)
   started = False
 
   def wrapped(argv: Sequence[str]) -> Any:
@@ -90,6 +92,13 @@ def _without_closed_loop_noise(hook: Callable[[Any], None]) -> Callable[[Any], N
     hook(unraisable)
 
   return quiet
+
+
+def _abandoned_task_filter(record: logging.LogRecord) -> bool:
+  """Drops asyncio's 'exception was never retrieved' reports: after a failed checkpoint read
+  orbax abandons its other read tasks, whose errors (the same damage, already reported in
+  one line) asyncio would otherwise print with a traceback whenever they are collected."""
+  return "exception was never retrieved" not in record.getMessage()
 
 
 def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:
