@@ -15,6 +15,7 @@ import pytest
 
 from conftest import REPO
 from transformer import checkpoint
+from transformer.errors import NonFiniteLossError
 from transformer.models import apply_model
 from transformer.training import experiment, loop, steps, writers
 
@@ -43,7 +44,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
   tiny_config.learning_rate = 1e30
   tiny_config.checkpoint_every_steps = 1
   workdir = tmp_path / "w"
-  with pytest.raises(loop.TrainingError, match=r"Non-finite loss at step (\d+)") as err:
+  with pytest.raises(NonFiniteLossError, match=r"Non-finite loss at step (\d+)") as err:
     loop.train_and_evaluate(tiny_config, str(workdir))
   bad = int(re.search(r"step (\d+)", str(err.value)).group(1))
   kept = checkpoint.Checkpointer(str(workdir)).all_steps()

@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from test_grid import REPO, TINY, tiny_sweep
+from transformer.errors import TrainingError
 from transformer.research import sweeps
+from transformer.training import loop
 
 
 def test_interrupted_sweep_resumes_and_aggregates_from_results(tmp_path):
@@ -84,3 +86,15 @@ def test_a_point_locked_by_a_live_process_is_skipped(tmp_path):
   taken = sweeps.claim(str(tmp_path), point)
   assert taken is not None
   taken.release()
+
+
+def test_only_a_non_finite_loss_is_recorded_as_diverged(tmp_path, monkeypatch):
+  def full_disk(config, workdir):
+    raise TrainingError("No space left on the disk of W; free space and rerun.")
+
+  monkeypatch.setattr(loop, "train_and_evaluate", full_disk)
+  point = sweeps.expand(tiny_sweep())[0]
+  with pytest.raises(TrainingError, match="No space left"):  # the sweep stops: not a finding
+    sweeps.run_point(tiny_sweep(), str(tmp_path), point)
+  assert not sweeps.is_finished(str(tmp_path), point)
+

@@ -37,6 +37,10 @@ class TrainingError(RunError):
   holds another run, a full disk); the message says what to do."""
 
 
+class NonFiniteLossError(TrainingError):
+  """The loss became NaN or inf: the run diverged (for a sweep, a finding, not a failure)."""
+
+
 def one_line(e: Optional[BaseException], limit: int = 300) -> str:
   """The message of e on one line, at most `limit` characters."""
   text = " ".join(str(e).split())

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from transformer import checkpoint, diagnostics
 from transformer.data import pipeline
-from transformer.errors import TrainingError, one_line
+from transformer.errors import NonFiniteLossError, TrainingError, one_line
 from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
                                   workdir_checks)
 from transformer.training.losses import LossOutput, summarize
@@ -129,7 +129,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
             ckpt.set_aside(s, "nonfinite")
         good = max(ckpt.all_steps(), default=None)
         resume = f"a restart resumes from step {good}" if good else "no checkpoint is left"
-        raise TrainingError(
+        raise NonFiniteLossError(
             f"Non-finite loss at step {bad}; training stopped, checkpoints from step {bad - 1} "
             f"on were set aside as <step>.nonfinite and {resume}; lower learning_rate or set "
             "grad_clip_norm.")

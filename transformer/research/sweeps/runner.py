@@ -24,7 +24,7 @@ import ml_collections
 from absl import logging
 
 from transformer.data import pipeline
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, NonFiniteLossError
 from transformer.inference import loading
 from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep, expand,
@@ -96,7 +96,7 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   try:
     final = loop.train_and_evaluate(config, run_dir)
     result.update(status="ok", step=final.get("step"))
-  except loop.TrainingError as e:  # a non-finite loss is a finding, not a crash
+  except NonFiniteLossError as e:  # a finding, not a crash; any other failure stops the sweep
     result.update(status="diverged", message=str(e))
     final = {}
   series = _series(run_dir)
