@@ -30,6 +30,8 @@ setuptools.setup(
         # TensorBoard event files without TensorFlow.
         "tensorboardX>=2.6,<3",
         "numpy>=1.26",
+        # t-intervals of paired differences between sweep arms (already a dependency of jax).
+        "scipy>=1.11",
     ],
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "import-linter>=2.1"]},
 )

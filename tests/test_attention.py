@@ -195,3 +195,24 @@ def test_variance_argument_for_iid_unit_q_and_k(d_k):
   assert abs(np.mean(dots)) < 5 * math.sqrt(d_k / n)
   assert np.var(dots) / d_k == pytest.approx(1.0, rel=0.05)
   assert np.var(dots / math.sqrt(d_k)) == pytest.approx(1.0, rel=0.05)
+
+
+@pytest.mark.parametrize("num_heads, head_dim", [(4, 8), (4, 32), (2, 64)])
+def test_qkv_init_output_variance(num_heads, head_dim):
+  # Unit-variance inputs of width d: 'lecun' gives q components of variance d * (1/d) = 1 at
+  # any attention width; 'xavier' gives d * 2 / (d + heads * head_dim), set by the width.
+  # 4096 rows x the kernel's heads * head_dim columns: sampling error well under the 10% allowed.
+  d = 64
+  x = jax.random.normal(jax.random.PRNGKey(1), (1, 4096, d))
+  for init, expected in (("lecun", 1.0), ("xavier", 2 * d / (d + num_heads * head_dim))):
+    cfg = ModelConfig(d_model=d, num_heads=num_heads, head_dim=head_dim, qkv_init=init,
+                      use_bias=False, posemb="none")
+    module = attention.MultiHeadAttention(cfg)
+    params = module.init(jax.random.PRNGKey(0), x[:, :4], x[:, :4], None)["params"]
+    q = jnp.einsum("bld,dhk->blhk", x, params["query"]["kernel"])
+    assert float(jnp.var(q)) == pytest.approx(expected, rel=0.1), init
+
+
+def test_qkv_init_is_validated():
+  with pytest.raises(ConfigError, match="qkv_init"):
+    ModelConfig(qkv_init="he")

@@ -10,7 +10,7 @@ import pytest
 from transformer import diagnostics
 from transformer.attention import MultiHeadAttention
 from transformer.config import ModelConfig
-from transformer.models import DecoderOnly, Transformer, shift_right
+from transformer.models import DecoderOnly, Transformer, apply_model, shift_right
 
 VOCAB = 64
 
@@ -129,6 +129,61 @@ def test_entropy_and_log_z_match_numpy():
   tok = emb[np.asarray(shift_right(batch["targets"]))][valid]
   np.testing.assert_allclose(float(out["decoder/embed/token_rms"]), np.sqrt(np.mean(tok ** 2)),
                              rtol=1e-5)
+
+
+def test_entropy_reference_follows_the_packed_causal_mask():
+  """A packed row of two documents and padding: a query sees only the earlier tokens of its own
+  document, so the uniform reference is the mean of log(1), log(2), ... per document, counted
+  here by hand from the segment ids, not from the model's mask."""
+  model, params, _ = _lm(attention_scale=0.5)
+  targets = jnp.array([[5, 6, 7, 8, 9, 10, 0, 0], [11, 12, 13, 14, 15, 16, 17, 18]], jnp.int32)
+  segments = jnp.array([[1, 1, 1, 2, 2, 2, 0, 0], [1, 1, 2, 2, 2, 2, 2, 3]], jnp.int32)
+  positions = jnp.array([[0, 1, 2, 0, 1, 2, 0, 0], [0, 1, 0, 1, 2, 3, 4, 0]], jnp.int32)
+  batch = {"targets": targets, "targets_segmentation": segments, "targets_position": positions}
+  out = diagnostics.scale_diagnostics(model, params, batch)
+  # Visible keys of each real query: its position within its document + 1.
+  counts = [1, 2, 3, 1, 2, 3] + [1, 2, 1, 2, 3, 4, 5, 1]
+  expected = np.mean(np.log(counts))
+  _, state = apply_model(model, params, batch, mutable=["intermediates"])
+  a = state["intermediates"]["decoder"]["blocks"]["layer_0"]["self_attention"]
+  logits = 0.5 * np.einsum("bqhd,bkhd->bhqk", np.asarray(a["q"][0], np.float64),
+                           np.asarray(a["k"][0], np.float64))
+  mask = np.broadcast_to(np.asarray(a["mask"][0]), logits.shape)
+  for h in range(4):
+    key = f"decoder/layer_0/self_attention/head_{h}"
+    np.testing.assert_allclose(float(out[f"{key}/entropy_uniform"]), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(out[f"{key}/entropy"]), _np_entropy(logits, mask)[h],
+                               rtol=1e-4)
+    np.testing.assert_allclose(float(out[f"{key}/entropy_deficit"]),
+                               expected - _np_entropy(logits, mask)[h], rtol=1e-4, atol=1e-6)
+    # The 1-key queries (a document's first token) have zero entropy and zero reference.
+    assert 0 <= float(out[f"{key}/entropy"]) <= expected + 1e-6
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_within_row_variance_leaves_out_differences_between_rows(causal):
+  """q_i = (1, r_i), k_j = (x_j, 1): q_i.k_j = x_j + r_i. The softmax of row i sees only the
+  spread of x over its visible keys; r_i shifts the whole row. By hand, x = 0, 1, 2, 3 and
+  r = 0, 10, 20, 30: within-row variance 1.25 on every full row, pooled 1.25 + 125; with a
+  causal mask, rows 1-3 see 2, 3, 4 keys: (0.25 + 2/3 + 1.25) / 3 (row 0, one key, left out)."""
+  x, r = np.arange(4.0), 10.0 * np.arange(4.0)
+  q = np.stack([np.ones(4), r], -1)[None, :, None, :]  # [B=1, L=4, H=1, D=2]
+  k = np.stack([x, np.ones(4)], -1)[None, :, None, :]
+  mask = np.tril(np.ones((4, 4), bool))[None, None] if causal else None
+  stats = diagnostics.attention_stats(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32),
+                                      jnp.array([0.5]), None if mask is None else jnp.asarray(mask))
+  if causal:
+    within = (0.25 + 2 / 3 + 1.25) / 3
+    logits = (x[None, :] + r[:, None])[np.tril(np.ones((4, 4), bool))]
+    pooled = logits.var()
+    uniform = np.mean(np.log([1, 2, 3, 4]))
+  else:
+    within, pooled, uniform = 1.25, 1.25 + 125.0, math.log(4)
+  np.testing.assert_allclose(float(stats["raw_var_within"][0]), within, rtol=1e-5)
+  np.testing.assert_allclose(float(stats["logit_var_within"][0]), 0.25 * within, rtol=1e-5)
+  np.testing.assert_allclose(float(stats["qk_var_over_dk_within"][0]), within / 2, rtol=1e-5)
+  np.testing.assert_allclose(float(stats["raw_var"][0]), pooled, rtol=1e-5)
+  np.testing.assert_allclose(float(stats["entropy_uniform"][0]), uniform, rtol=1e-6)
 
 
 def test_update_diagnostics_per_group():

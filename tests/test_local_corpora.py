@@ -4,7 +4,7 @@ import os
 import time
 
 from conftest import PARAGRAPHS, write_file
-from transformer.data import local_corpora
+from transformer.data import corpus_files, local_corpora
 
 
 def _docs(builder, split):
@@ -54,3 +54,24 @@ def test_parallel_text_from_tsv_and_from_two_files(tmp_path):
     got = sorted((ex["source"].decode(), ex["target"].decode())
                  for split in ("train", "validation") for ex in builder.as_data_source(split))
     assert got == sorted(pairs) and len(builder.as_data_source("validation")) == 3
+
+
+def test_a_test_split_is_held_out_apart_from_validation(corpus):
+  files = str(corpus / "books" / "*.txt")
+  plain = local_corpora.build_local("text_files", str(corpus / "tfds"), data_files=files,
+                                    eval_fraction=0.1)
+  builder = local_corpora.build_local("text_files", str(corpus / "tfds"), data_files=files,
+                                      eval_fraction=0.1, test_fraction=0.1)
+  train, validation, test = (_docs(builder, s) for s in ("train", "validation", "test"))
+  assert len(test) == 4 and len(validation) == 4  # 10% of 40, then 10% of the 36 left
+  assert not (set(train) & set(test)) and not (set(validation) & set(test))
+  assert sorted(train + validation + test) == sorted(PARAGRAPHS)
+  assert "test" not in plain.info.splits and builder.data_path != plain.data_path
+  # Another seed, another test split; a dataset without one keeps its old fingerprint.
+  other = local_corpora.build_local("text_files", str(corpus / "tfds"), data_files=files,
+                                    eval_fraction=0.1, test_fraction=0.1, seed=1)
+  assert _docs(other, "test") != test
+  paths = corpus_files.resolve_files(files)
+  old_key = corpus_files.fingerprint(paths, text_split="paragraph", eval_fraction=0.1, seed=0,
+                                     version=local_corpora._VERSION)
+  assert plain.builder_config.name == f"text_files-{old_key}"

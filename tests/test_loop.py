@@ -141,3 +141,48 @@ def test_a_full_disk_is_one_clear_sentence(tiny_config, tmp_path, monkeypatch):
   with pytest.raises(loop.TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
+
+
+def _lm_on(corpus, tiny_config, **fields):
+  """tiny_config as a byte-level language model on the corpus fixture's paragraphs."""
+  config = tiny_config
+  config.model_type = "lm"
+  config.model.num_encoder_layers = 0
+  config.update(dataset="text_files", data_files=str(corpus / "books" / "*.txt"),
+                eval_fraction=0.1, max_len=32, packing="concat")
+  config.update(fields)
+  config.tokenizer.kind = "bytes"
+  config.model.max_len = 32
+  return config
+
+
+def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_at_the_end(
+    tiny_config, corpus, tmp_path):
+  """attention_scale does not touch the initialisation: two runs that differ only in it start
+  from the same params on the same held-out batches, so at step 0 every statistic before the
+  first attention scale agrees exactly and layer 0's logit variance differs by exactly d_k.
+  The test split is scored once, at the last step."""
+  init = {}
+  for scale in ("none", "inv_sqrt_dk"):
+    config = _lm_on(corpus, tiny_config, diagnostics_every_steps=2, diagnostics_batches=2,
+                    test_fraction=0.1, num_train_steps=2, eval_every_steps=2,
+                    checkpoint_every_steps=2)
+    config.model.attention_scale = scale
+    config.model.dropout_rate = 0.0
+    final = loop.train_and_evaluate(config, str(tmp_path / scale))
+    records = writers.read_metrics(str(tmp_path / scale), "diagnostics")
+    assert [r["step"] for r in records] == [0, 2]
+    init[scale] = records[0]
+    test = writers.read_metrics(str(tmp_path / scale), "test")
+    assert [r["step"] for r in test] == [2]
+    assert test[0]["loss"] == pytest.approx(final["test"]["loss"])
+    assert final["test"]["loss"] != pytest.approx(final["eval"]["loss"])  # another split
+  none, paper = init["none"], init["inv_sqrt_dk"]
+  d_k = 32 // 2
+  for key in ("decoder/embed/ratio", "decoder/layer_0/self_attention/head_0/raw_var",
+              "decoder/layer_0/self_attention/head_1/raw_var_within",
+              "decoder/layer_0/self_attention/head_0/entropy_uniform"):
+    assert none[key] == pytest.approx(paper[key], rel=1e-6), key
+  for stat in ("logit_var", "logit_var_within"):
+    key = f"decoder/layer_0/self_attention/head_0/{stat}"
+    assert none[key] == pytest.approx(d_k * paper[key], rel=1e-5), key

@@ -1,6 +1,7 @@
 """Sweep reports: results.md, results.csv and plots rebuilt from stored per-point results."""
 
 import json
+import math
 import os
 
 import pytest
@@ -29,3 +30,24 @@ def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
   csv_text = (tmp_path / "results.csv").read_text().splitlines()
   assert csv_text[0].startswith("head_dim,seeds,diverged,eval/nll mean")
   assert csv_text[1] == "8,3,0,3,1,3"
+
+
+def test_a_tuned_sweep_reports_each_arm_at_its_best_rate_and_paired_differences(tmp_path):
+  from test_tuning import result, tuned_sweep
+  sweep = tuned_sweep(metrics=("eval/loss",), curves=())
+  for seed in (0, 1, 2):
+    for lr in (1e-3, 2e-3, 4e-3):
+      far = abs(math.log2(lr / 2e-3))
+      for r in (result("sqrt_d", lr, seed, 3.0 + far, test=3.0 + 0.1 * seed),
+                result("none", lr, seed, 3.2 + far, test=3.3 + 0.1 * seed + 0.01 * seed)):
+        os.makedirs(tmp_path / "points" / r["name"])
+        (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  summary = sweeps.aggregate(sweep, str(tmp_path), command="CMD")
+  text = (tmp_path / "results.md").read_text()
+  assert "## Each arm at its own best learning_rate" in text
+  assert "| embed_scale=sqrt_d | 0.001, 0.002, 0.004 | 0.002 | 3.000 ± 0.000 | 3.100 ± 0.100 | 3 |" in text
+  # none - sqrt_d = 0.30, 0.31, 0.32: mean 0.31, sd 0.01, t(0.975, 2) = 4.3027.
+  assert "| embed_scale=none | +0.3100 | [+0.2852, +0.3348] | 3 | higher |" in text
+  assert [b.best for b in summary["bests"]] == [2e-3, 2e-3]
+  plot = tmp_path / "plots" / "tuning_eval_loss_vs_learning_rate.png"
+  assert plot.stat().st_size > 1000 and "](plots/tuning_eval_loss_vs_learning_rate.png)" in text

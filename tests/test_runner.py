@@ -98,3 +98,28 @@ def test_only_a_non_finite_loss_is_recorded_as_diverged(tmp_path, monkeypatch):
     sweeps.run_point(tiny_sweep(), str(tmp_path), point)
   assert not sweeps.is_finished(str(tmp_path), point)
 
+
+
+def test_a_tuned_sweep_runs_the_grid_then_extends_an_edge(tmp_path, monkeypatch):
+  """Training replaced by a loss bowl in log2(lr): the 'none' arm's best lies above the grid,
+  so the runner adds 8e-3 (then stops: 4e-3 stays best); the other arm is left alone."""
+  from test_tuning import tuned_sweep
+
+  def bowl(config, workdir):
+    best = 2e-3 if config.model.embed_scale == "sqrt_d" else 4e-3
+    loss = 3.0 + 0.1 * math.log2(config.learning_rate / best) ** 2 + 0.01 * config.seed
+    open(os.path.join(workdir, "metrics.jsonl"), "w").close()
+    return {"eval": {"loss": loss}, "test": {"loss": loss + 0.05}, "step": 1}
+
+  monkeypatch.setattr(loop, "train_and_evaluate", bowl)
+  sweep = tuned_sweep(seeds=(0, 1))
+  done = sweeps.run_sweep(sweep, str(tmp_path))
+  names = [p.name for p in done]
+  assert len(names) == 2 * 3 * 2 + 2 and len(set(names)) == len(names)
+  assert names[-2:] == ["embed_scale=none,learning_rate=0.008,seed=0",
+                        "embed_scale=none,learning_rate=0.008,seed=1"]
+  assert sweeps.run_sweep(sweep, str(tmp_path)) == []  # nothing left: the search is complete
+  bests = sweeps.best_per_arm(sweep, sweeps.load_results(str(tmp_path)))
+  assert [(b.best, b.on_edge, b.complete) for b in bests] == [(2e-3, False, True),
+                                                              (4e-3, False, True)]
+  assert bests[1].report[0] == pytest.approx(3.055)

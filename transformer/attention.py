@@ -64,6 +64,8 @@ def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
 
 
 IMPLEMENTATIONS = MODES["attention_impl"]
+# ModelConfig.qkv_init -> the q/k/v kernel initialiser (fans of the flattened d x (heads*d_k) kernel).
+_QKV_INIT = {"xavier": nn.initializers.xavier_uniform(), "lecun": nn.initializers.lecun_normal()}
 
 
 def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
@@ -155,7 +157,7 @@ class MultiHeadAttention(nn.Module):
     heads, head_dim = cfg.num_heads, cfg.qk_dim
     dense = lambda name: nn.DenseGeneral(  # noqa: E731
         (heads, head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
-        param_dtype=cfg.params_dtype, kernel_init=nn.initializers.xavier_uniform(), name=name)
+        param_dtype=cfg.params_dtype, kernel_init=_QKV_INIT[cfg.qkv_init], name=name)
     # A self-attention decoding step (decode=True once the cache exists) computes q, k and v
     # in one matrix-vector product, from the stacked copy `_stack_qkv` put in the cache.
     stepping = decode and self.self_attention and self.has_variable("cache", "qkv_kernel")

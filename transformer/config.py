@@ -26,6 +26,7 @@ MODES: dict[str, tuple[str, ...]] = {
     "posemb": ("sinusoidal", "learned", "rope", "none"),
     "sinusoid_layout": ("interleaved", "concat"),
     "attention_scale": ("inv_sqrt_dk", "inv_dk", "none", "learned"),
+    "qkv_init": ("xavier", "lecun"),
     "qk_norm": ("none", "layernorm", "rmsnorm", "l2"),
     "norm_position": ("post", "pre"),
     "norm": ("layernorm", "rmsnorm"),
@@ -84,6 +85,11 @@ class ModelConfig:
 
   # Attention (Section 3.2.1).
   attention_scale: Scale = "inv_sqrt_dk"
+  # q/k/v projection init. 'xavier' (the Flax default the Transformer codebases use): the
+  # variance 2 / (d_model + heads * d_k) depends on the attention width. 'lecun': N(0, 1/d_model),
+  # unit-variance q and k components for unit-variance inputs, the premise of the paper's
+  # Var(q.k) = d_k argument (footnote 4).
+  qkv_init: str = "xavier"
   qk_norm: str = "none"
   attn_logit_softcap: Optional[float] = None
 

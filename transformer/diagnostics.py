@@ -12,10 +12,11 @@ Names (stack = 'encoder' | 'decoder', kind = 'self_attention' | 'cross_attention
   {stack}/embed/token_rms, posemb_rms, ratio      RMS of s*E[tok], of the PE term, their ratio
   {stack}/embed/bucket_{b}/...                    the same by frequency-rank quartile (0 = frequent)
   {stack}/layer_{i}/residual_rms                  RMS of the block output
-  {stack}/layer_{i}/{kind}/head_{h}/{stat}        stat: raw_mean, raw_var, raw_absmax (q.k),
-                                                  logit_mean, logit_var, logit_absmax (after
-                                                  scale and soft cap), qk_var_over_dk,
-                                                  entropy (nats)
+  {stack}/layer_{i}/{kind}/head_{h}/{stat}        stat: raw_* (q.k) and logit_* (after scale
+                                                  and soft cap) mean, var, absmax, var_within
+                                                  (per query over its keys), qk_var_over_dk
+                                                  (_within), entropy, entropy_uniform (the
+                                                  masked uniform reference), entropy_deficit
   output/log_z, output/max_logit                  mean over valid positions
 All statistics are over valid positions only (token id not PAD_ID; attention: mask True).
 `parse_name` splits a name into its parts.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -69,9 +70,21 @@ def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
                     softcap: Optional[float] = None) -> dict[str, jax.Array]:
   """Per-head logit statistics: q, k float[B, L, H, D], scale float[H], mask bool[B, 1|H, Lq, Lk].
 
-  Returns {stat: float[H]}: raw_* of q.k, logit_* of scale * q.k (soft-capped when the model
-  caps), qk_var_over_dk = Var(q.k) / d_k, and the softmax entropy in nats over valid keys,
-  averaged over query rows that have at least one valid key.
+  Returns {stat: float[H]}, every statistic over the (query, key) pairs the mask lets through:
+    raw_mean, raw_var, raw_absmax      of q.k, pooled over every visible pair
+    logit_mean, logit_var, logit_absmax  the same of scale * q.k (soft-capped when the model caps)
+    qk_var_over_dk                     raw_var / d_k
+    raw_var_within, logit_var_within   the variance across one query's visible keys, averaged
+                                       over queries with at least two: what the softmax sees
+                                       (the pooled variance adds differences between rows,
+                                       which the softmax ignores)
+    qk_var_over_dk_within              raw_var_within / d_k
+    entropy                            softmax entropy in nats, averaged over queries with a
+                                       visible key
+    entropy_uniform                    the same average of log(number of visible keys): the
+                                       entropy of uniform attention under this very mask
+                                       (causal and per-segment masks make it vary by query)
+    entropy_deficit                    entropy_uniform - entropy (0 = uniform attention)
   """
   d_k = query.shape[-1]
   raw = attention_logits(query, key, scale=1.0)  # float32[B, H, Lq, Lk]
@@ -80,17 +93,26 @@ def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
     logits = softcap * jnp.tanh(logits / softcap)
   valid = jnp.ones(raw.shape, bool) if mask is None else jnp.broadcast_to(mask, raw.shape)
   axes = (0, 2, 3)
+  visible = jnp.sum(valid, axis=-1)  # int[B, H, Lq]
   out = {}
   for name, x in (("raw", raw), ("logit", logits)):
     mean = _masked_mean(x, valid, axes)
     out[f"{name}_mean"] = mean
     out[f"{name}_var"] = _masked_mean(jnp.square(x - mean[None, :, None, None]), valid, axes)
     out[f"{name}_absmax"] = jnp.max(jnp.where(valid, jnp.abs(x), 0.0), axis=axes)
+    row_mean = _masked_mean(x, valid, -1)[..., None]  # NaN for a row with no visible key
+    row_var = jnp.sum(jnp.where(valid, jnp.square(x - row_mean), 0.0), axis=-1) / jnp.maximum(visible, 1)
+    out[f"{name}_var_within"] = _masked_mean(jnp.where(visible >= 2, row_var, 0.0), visible >= 2, (0, 2))
   out["qk_var_over_dk"] = out["raw_var"] / d_k
+  out["qk_var_over_dk_within"] = out["raw_var_within"] / d_k
   log_p = jax.nn.log_softmax(jnp.where(valid, logits, -jnp.inf), axis=-1)
   p_log_p = jnp.where(valid, jnp.exp(log_p) * log_p, 0.0)
   entropy = -jnp.sum(p_log_p, axis=-1)  # [B, H, Lq]
-  out["entropy"] = _masked_mean(entropy, jnp.any(valid, axis=-1), (0, 2))
+  has_key = visible >= 1
+  out["entropy"] = _masked_mean(entropy, has_key, (0, 2))
+  out["entropy_uniform"] = _masked_mean(jnp.log(jnp.maximum(visible, 1).astype(jnp.float32)),
+                                        has_key, (0, 2))
+  out["entropy_deficit"] = out["entropy_uniform"] - out["entropy"]
   return out
 
 
@@ -224,14 +246,26 @@ def update_diagnostics(old_params: Any, new_params: Any, grads: Any) -> dict[str
 
 
 def training_diagnostics(model: nn.Module, old_params: Any, new_params: Any, grads: Any,
-                         batch: Batch,
+                         heldout: Sequence[Batch],
                          token_frequency: Optional[Any] = None) -> dict[str, float]:
-  """What training logs every `diagnostics_every_steps`: `scale_diagnostics` of new_params on
-  `batch` and `update_diagnostics` of the update old_params -> new_params made with `grads`
-  (the training side computes them: `training.steps.Steps.grads`), as host floats."""
-  values = dict(scale_diagnostics(model, new_params, batch, token_frequency))
-  values.update(update_diagnostics(old_params, new_params, grads))
-  return to_floats(values)
+  """What training logs every `diagnostics_every_steps`: `heldout_scale_diagnostics` of
+  new_params on the fixed `heldout` batches and `update_diagnostics` of the update
+  old_params -> new_params made with `grads` (the training side computes them:
+  `training.steps.Steps.grads`), as host floats."""
+  values = heldout_scale_diagnostics(model, new_params, heldout, token_frequency)
+  values.update(to_floats(update_diagnostics(old_params, new_params, grads)))
+  return values
+
+
+def heldout_scale_diagnostics(model: nn.Module, params: Any, batches: Iterable[Batch],
+                              token_frequency: Optional[Any] = None) -> dict[str, float]:
+  """`scale_diagnostics` averaged over `batches` (a fixed set of held-out batches, so that the
+  figures of different steps and runs describe the same text): {name: float}."""
+  results = [jax.device_get(scale_diagnostics(model, params, batch, token_frequency))
+             for batch in batches]
+  if not results:
+    raise ValueError("heldout_scale_diagnostics needs at least one batch.")
+  return mean_over_batches(results)
 
 
 def to_floats(values: Mapping[str, jax.Array]) -> dict[str, float]:

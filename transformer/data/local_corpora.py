@@ -5,7 +5,9 @@
                  {'source', 'target', 'origin'}.
 A prepared dataset is named by a fingerprint of the files' paths, sizes and mtimes and the
 options, so changed files give a new dataset. Both hold out a deterministic validation split
-(`corpus_files.hold_out`), or read it from eval_files when given.
+(`corpus_files.hold_out`), or read it from eval_files when given; with test_fraction > 0 they
+first hold out a test split as well (for reporting a result whose settings were chosen on
+validation).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class LocalTextConfig(tfds.core.BuilderConfig):
   eval_files: tuple[str, ...] = ()
   text_split: str = "paragraph"
   eval_fraction: float = 0.01
+  test_fraction: float = 0.0
   seed: int = 0
 
 
@@ -49,6 +52,11 @@ class _LocalText(tfds.core.GeneratorBasedBuilder):
     cfg = self.builder_config
     docs = self._documents(cfg.files)
     name = corpus_files.describe(cfg.files)
+    splits = {}
+    if cfg.test_fraction:  # a seed of its own: the test split is not the validation split's
+      docs, test = corpus_files.hold_out(docs, lambda d: d[0], cfg.test_fraction,
+                                         cfg.seed + 1_000_003, name)
+      splits["test"] = self._generate_examples(test)
     if cfg.eval_files:
       train, validation = docs, self._documents(cfg.eval_files)
     else:
@@ -58,7 +66,7 @@ class _LocalText(tfds.core.GeneratorBasedBuilder):
       raise ConfigError(f"{name} gave {len(train)} train and {len(validation)} validation "
                        "documents; add text to the files.")
     return {"train": self._generate_examples(train),
-            "validation": self._generate_examples(validation)}
+            "validation": self._generate_examples(validation), **splits}
 
   def _generate_examples(self, docs: list[tuple[str, ...]]) -> Iterator[tuple[int, dict]]:
     for i, doc in enumerate(docs):
@@ -90,7 +98,7 @@ LOCAL = tuple(_BUILDERS)
 
 def build_local(name: str, data_dir: str | None, *, data_files: Any, eval_files: Any = None,
                 text_split: str = "paragraph", eval_fraction: float = 0.01,
-                seed: int = 0) -> tfds.core.DatasetBuilder:
+                test_fraction: float = 0.0, seed: int = 0) -> tfds.core.DatasetBuilder:
   """The prepared text_files / parallel_text builder of these files (built once per fingerprint)."""
   files = corpus_files.resolve_files(data_files, "data_files")
   held = corpus_files.resolve_files(eval_files, "eval_files") if eval_files else []
@@ -100,9 +108,12 @@ def build_local(name: str, data_dir: str | None, *, data_files: Any, eval_files:
   options = dict(text_split=text_split if name == "text_files" else "-",
                  eval_fraction=None if held else eval_fraction, seed=None if held else seed,
                  version=_VERSION)
+  if test_fraction:  # only then: the datasets prepared before test splits keep their names
+    options.update(test_fraction=test_fraction, seed=seed)
   key = corpus_files.fingerprint(files + held, **options)
   cfg = LocalTextConfig(name=f"{name}-{key}", files=tuple(files), eval_files=tuple(held),
-                        text_split=text_split, eval_fraction=eval_fraction, seed=seed,
+                        text_split=text_split, eval_fraction=eval_fraction,
+                        test_fraction=test_fraction, seed=seed,
                         description=f"{name} of {corpus_files.describe(files)}")
 
   def make() -> tfds.core.DatasetBuilder:

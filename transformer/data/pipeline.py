@@ -40,6 +40,7 @@ class Sources:
   eval: Sequence[Example]
   tokenizer: Tokenizer
   keys: tuple[str, ...] = ("inputs", "targets")
+  test: Optional[Sequence[Example]] = None  # held out for reporting (config.test_fraction)
 
 
 def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
@@ -63,7 +64,9 @@ def _text_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sou
   return Sources(
       train=text.TokenizedSource(splits.train, splits.fields, tokenizer, f"{splits.name} train"),
       eval=text.TokenizedSource(splits.eval, splits.fields, tokenizer, f"{splits.name} eval"),
-      tokenizer=tokenizer, keys=tuple(splits.fields))
+      tokenizer=tokenizer, keys=tuple(splits.fields),
+      test=None if splits.test is None else
+      text.TokenizedSource(splits.test, splits.fields, tokenizer, f"{splits.name} test"))
 
 
 SourcesFn = Callable[[ml_collections.ConfigDict, Optional[str]], Sources]
@@ -134,6 +137,7 @@ class Datasets:
   packing: str  # 'none', 'pack' or 'concat' (train batches only; eval is one example a row)
   _train: grain.IterDataset = dataclasses.field(repr=False)
   _eval: grain.IterDataset = dataclasses.field(repr=False)
+  _test: Optional[grain.IterDataset] = dataclasses.field(default=None, repr=False)
 
   def train_iter(self) -> grain.DatasetIterator:
     """A fresh iterator from the start; checkpoint it with get_state()/set_state()."""
@@ -142,6 +146,10 @@ class Datasets:
   def eval_batches(self) -> Iterable[Batch]:
     """Re-iterable: each pass yields the same num_eval_batches batches."""
     return self._eval
+
+  def test_batches(self) -> Optional[Iterable[Batch]]:
+    """The test split's batches, like eval_batches(); None without one (test_fraction = 0)."""
+    return self._test
 
   def decode_ids(self, ids: Any) -> str:
     """Human-readable text of one id sequence (stops at EOS), for logs."""
@@ -175,8 +183,9 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
   local_batch = config.batch_size // process_count
   sources = _sources(config, workdir)
   if config.get("model_type") == "lm" and "inputs" in sources.keys:
-    sources = dataclasses.replace(sources, train=ConcatForLM(sources.train),
-                                  eval=ConcatForLM(sources.eval), keys=("targets",))
+    sources = dataclasses.replace(
+        sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
+        test=None if sources.test is None else ConcatForLM(sources.test), keys=("targets",))
   if config.get("model_type") == "seq2seq" and "inputs" not in sources.keys:
     raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs); "
                      "set model_type='lm' (configs/lm.py) or use a translation dataset.")
@@ -207,21 +216,26 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
                                   global_rows=config.batch_size, lanes=lanes, mode=mode,
                                   prefetch=config.get("data_prefetch", 4))
 
-  # Eval: global batches over the split in order, topped up with -1 (= zero rows); each
-  # process reads its rows, so every example is seen exactly once, on exactly one process.
-  num_batches = _ceil_div(num_eval, config.batch_size)
-  indices = np.full(num_batches * config.batch_size, -1, np.int64)
-  indices[:num_eval] = np.arange(num_eval)
-  eval_rows = indices.reshape(num_batches, config.batch_size)[:, lanes.start:lanes.stop]
-  evaluation = (grain.MapDataset.source(eval_rows)
-                .map(ReadBatch(sources.eval, PadBatch(sources.keys, local_batch, config.max_len)))
-                .to_iter_dataset(read))
+  # Eval (and test): global batches over the split in order, topped up with -1 (= zero
+  # rows); each process reads its rows, so every example is seen exactly once, on exactly
+  # one process.
+  def in_order(source: Sequence[Example]) -> tuple[grain.IterDataset, int]:
+    num_batches = _ceil_div(len(source), config.batch_size)
+    indices = np.full(num_batches * config.batch_size, -1, np.int64)
+    indices[:len(source)] = np.arange(len(source))
+    rows = indices.reshape(num_batches, config.batch_size)[:, lanes.start:lanes.stop]
+    return (grain.MapDataset.source(rows)
+            .map(ReadBatch(source, PadBatch(sources.keys, local_batch, config.max_len)))
+            .to_iter_dataset(read)), num_batches
+
+  evaluation, num_batches = in_order(sources.eval)
+  test = None if sources.test is None else in_order(sources.test)[0]
 
   return Datasets(vocab_size=sources.tokenizer.vocab_size, num_train_examples=num_train,
                   num_eval_examples=num_eval, num_eval_batches=num_batches,
                   batch_size=local_batch, max_len=config.max_len,
                   input_key_names=sources.keys, tokenizer=sources.tokenizer, packing=mode,
-                  _train=train, _eval=evaluation)
+                  _train=train, _eval=evaluation, _test=test)
 
 
 def measure_throughput(config: ml_collections.ConfigDict, seconds: float, *,

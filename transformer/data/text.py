@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -78,6 +78,7 @@ class TextSplits:
   eval: Sequence[Mapping[str, Any]]
   fields: Mapping[str, str]
   name: str  # for messages
+  test: Optional[Sequence[Mapping[str, Any]]] = None  # held out for reporting only
 
 
 def open_splits(config: Any) -> TextSplits:
@@ -86,11 +87,16 @@ def open_splits(config: Any) -> TextSplits:
   if name in local_corpora.LOCAL:
     builder = local_corpora.build_local(name, data_dir, data_files=config.data_files,
                           eval_files=config.get("eval_files"), text_split=config.text_split,
-                          eval_fraction=config.eval_fraction, seed=config.seed)
+                          eval_fraction=config.eval_fraction,
+                          test_fraction=config.get("test_fraction") or 0.0, seed=config.seed)
     fields = {"targets": "text"} if name == "text_files" else {"inputs": "source",
                                                                 "targets": "target"}
+    test = builder.as_data_source("test") if "test" in builder.info.splits else None
     return TextSplits(builder.as_data_source("train"), builder.as_data_source("validation"),
-                      fields, f"{name} ({config.data_files})")
+                      fields, f"{name} ({config.data_files})", test)
+  if config.get("test_fraction"):
+    raise ConfigError(f"test_fraction={config.test_fraction} holds out a test split of a local "
+                      f"corpus (text_files, parallel_text), not of {name!r}; set it to 0.")
   train_split = config.get("train_split") or "train"
   wmt = _WMT.match(name)
   if wmt:

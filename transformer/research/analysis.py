@@ -93,7 +93,8 @@ def _plots(plots_dir: str, attention: dict, records: list[dict], d_k: int) -> li
       ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="k" if light else "w", fontsize=8)
     ax.set_xlabel("attention head")
     ax.set_ylabel("layer and attention")
-    ax.set_title("Attention entropy (nats, valid keys only)")
+    uniform = np.nanmean([_mean(attention[r]["entropy_uniform"]) for r in labels])
+    ax.set_title(f"Attention entropy (nats); uniform under the same masks: {uniform:.2f}")
     fig.colorbar(im, ax=ax, label="entropy (nats)")
     save(fig, "attention_entropy.png")
 
@@ -161,11 +162,17 @@ def _markdown(result: dict[str, Any]) -> str:
   for stack, v in result["residual_rms"].items():
     lines.append(f"| {stack} | {', '.join(f'{x:.4g}' for x in v)} |")
   lines += ["", "## Attention (mean over heads)", "",
-            "| layer / attention | Var(q·k)/d_k | Var(logits) | max abs logit | entropy (nats) |",
-            "|---|---|---|---|---|"]
+            "Variances pooled over every visible (query, key) pair, and within rows (across one "
+            "query's keys: what the softmax sees). The uniform reference is the entropy of "
+            "uniform attention under the same causal and per-segment masks.", "",
+            "| layer / attention | Var(q·k)/d_k pooled | within rows | Var(logits) within rows | "
+            "max abs logit | entropy (nats) | uniform reference | deficit |",
+            "|---|---|---|---|---|---|---|---|"]
   for row, s in result["attention"].items():
-    lines.append(f"| {row} | {_mean(s['qk_var_over_dk']):.4g} | {_mean(s['logit_var']):.4g} | "
-                 f"{max(s['logit_absmax']):.4g} | {_mean(s['entropy']):.4g} |")
+    lines.append(f"| {row} | {_mean(s['qk_var_over_dk']):.4g} | "
+                 f"{_mean(s['qk_var_over_dk_within']):.4g} | {_mean(s['logit_var_within']):.4g} | "
+                 f"{max(s['logit_absmax']):.4g} | {_mean(s['entropy']):.4g} | "
+                 f"{_mean(s['entropy_uniform']):.4g} | {_mean(s['entropy_deficit']):.4g} |")
   o = result["output"]
   lines += ["", "## Output", "", f"log Z (mean) {o['log_z']:.4g}, max logit (mean) "
             f"{o['max_logit']:.4g}.", "", "## Plots", ""]

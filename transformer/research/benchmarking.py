@@ -45,6 +45,8 @@ from transformer.training import experiment, sharding
 from transformer.training import steps as steps_lib
 
 MODES = ("train", "eval", "decode", "data", "diagnostics")
+# The held-out batches the loop's scale diagnostics average over (the experiment default).
+DIAGNOSTICS_BATCHES = experiment.base_config().diagnostics_batches
 
 
 def forward_flops(cfg: ModelConfig, source_len: int, target_len: int, *,
@@ -185,8 +187,8 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
         holder["state"], metrics = compiled(holder["state"], batch, key)
       if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
         grads = built.grads(old, batch, jax.random.fold_in(key, 0))
-        diagnostics.training_diagnostics(model, old, holder["state"].params, grads, batch,
-                                         counts.frequency())
+        diagnostics.training_diagnostics(model, old, holder["state"].params, grads,
+                                         [batch] * DIAGNOSTICS_BATCHES, counts.frequency())
       return metrics["loss_sum"]
 
     without = statistics.median(time_call(lambda: train_steps(False), repeats))

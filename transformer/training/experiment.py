@@ -62,6 +62,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data_files = config_dict.placeholder(str)  # files, globs, dirs; comma-separated
   c.eval_files = config_dict.placeholder(str)  # None: hold out eval_fraction of data_files
   c.eval_fraction = 0.01
+  # > 0: also hold out this fraction of a local corpus as a test split, scored once at the
+  # end of training ('test' records): settings chosen on validation are reported on test.
+  c.test_fraction = 0.0
   c.text_split = "paragraph"  # documents of text_files / tiny_shakespeare: 'paragraph', 'line'
   c.source_lang = "de"  # translation TFDS datasets (wmtNN_translate/xx-yy)
   c.target_lang = "en"
@@ -84,7 +87,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss_chunk_size = 0  # > 0: score the logits this many positions at a time (large vocabularies)
   c.log_every_steps = 50
   c.eval_every_steps = 500
-  c.diagnostics_every_steps = 0  # > 0: transformer.diagnostics on the train batch -> 'diagnostics'
+  c.diagnostics_every_steps = 0  # > 0: transformer.diagnostics -> 'diagnostics' records
+  c.diagnostics_batches = 4  # the fixed held-out (eval) batches the scale statistics average
   c.bleu_every_steps = 0  # > 0: BLEU + exact match of beam search on the eval split (seq2seq)
   c.num_decode_examples = 3  # decoded eval examples shown in TensorBoard and the log
   c.checkpoint_every_steps = 500
@@ -110,7 +114,8 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelCon
 
 # Fields that must be integers >= 1, and those >= 0 (0 = off).
 _AT_LEAST_ONE = ("num_train_steps", "batch_size", "max_len", "log_every_steps",
-                 "eval_every_steps", "checkpoint_every_steps", "tokenizer.train_examples")
+                 "eval_every_steps", "checkpoint_every_steps", "tokenizer.train_examples",
+                 "diagnostics_batches")
 _AT_LEAST_ZERO = ("diagnostics_every_steps", "bleu_every_steps", "num_decode_examples",
                   "loss_chunk_size", "warmup_steps")
 
@@ -133,6 +138,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   keep = config.get("keep_checkpoints")
   if keep is not None and (not isinstance(keep, int) or keep < 1):
     raise ConfigError(f"keep_checkpoints={keep!r} must be None (keep all) or an integer >= 1.")
+  test_fraction = config.get("test_fraction") or 0.0
+  if not 0.0 <= test_fraction < 1.0:
+    raise ConfigError(f"test_fraction={test_fraction} must be in [0, 1); e.g. 0.02, or 0 for no "
+                      "test split.")
   if not 0.0 <= config.label_smoothing < 1.0:
     raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.z_loss < 0:

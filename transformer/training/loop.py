@@ -10,6 +10,7 @@ save at the step reached and return. Between logging steps the host never waits 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import time
 from typing import Any, Optional, Sequence
@@ -108,6 +109,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   writer = MetricWriter(workdir, enabled=primary, resume_step=start_step)
 
   counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
+  # The scale statistics describe the same held-out text at every step (and in every run).
+  heldout = [sharding.global_batch(b, mesh) for b in itertools.islice(
+      datasets.eval_batches(), config.diagnostics_batches)] if config.diagnostics_every_steps else []
   num_steps = config.num_train_steps
   pending: list[dict[str, jax.Array]] = []  # device metrics since the last log step
   final: dict[str, Any] = {}
@@ -156,14 +160,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
       if config.diagnostics_every_steps:
         counts.add(host_batch)
         if step == 0:  # the scales at initialisation, logged as step 0
-          writer.write(0, "diagnostics", diagnostics.to_floats(diagnostics.scale_diagnostics(
-              model, state.params, batch, counts.frequency())))
+          writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
+              model, state.params, heldout, counts.frequency()))
       old_params = jax.tree_util.tree_map(jnp.copy, state.params) if diagnose else None  # donated
       state, metrics = built.train(state, batch, train_rng)
       if diagnose:  # gradients at old_params with the step's dropout key
         grads = built.grads(old_params, batch, jax.random.fold_in(train_rng, step))
         writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
-            model, old_params, state.params, grads, batch, counts.frequency()))
+            model, old_params, state.params, grads, heldout, counts.frequency()))
       pending.append(metrics)
       step += 1
       bar.update(1)
@@ -182,6 +186,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         writer.write(step, "eval", final["eval"])
         logging.info("step %d eval %s", step, final["eval"])
         timer = time.perf_counter()  # eval time is not training throughput
+      if is_last and datasets.test_batches() is not None:  # scored once, at the end
+        final["test"] = steps.evaluate(built.eval, state.params, datasets.test_batches(), mesh)
+        writer.write(step, "test", final["test"])
+        logging.info("step %d test %s", step, final["test"])
+        timer = time.perf_counter()
       if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
         decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh)
         final["decode"] = decoded.metrics()

@@ -35,7 +35,7 @@ def check_workdir(workdir: str) -> bool:
 
 
 # Fields whose change would make the saved data-iterator position mean other examples.
-_DATA_STREAM_FIELDS = ("dataset", "batch_size", "packing")
+_DATA_STREAM_FIELDS = ("dataset", "batch_size", "packing", "eval_fraction", "test_fraction")
 
 
 def check_resumable(workdir: str, config: ml_collections.ConfigDict,

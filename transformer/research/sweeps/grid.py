@@ -12,6 +12,13 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   curves            '{split}/{name}' series of metrics.jsonl plotted over steps per group
   fits              [{x: dotted field, y: metric}]: slope of log y against log x per seed
   length_factors    optional: after training, eval loss at these multiples of max_len
+  tune              optional {dotted field: [values]}: one numeric field (the learning rate)
+                    searched separately for every arm (setting of the axes); see tuning.py
+  select, report    the metric a tuned value is chosen on (validation) and the one reported
+                    at the chosen value (a held-out test split: config.test_fraction > 0)
+  extend_edges      how many grid steps an arm's search may add beyond either end of `tune`
+                    when its best value lies on the edge
+  baseline          the arm the others are compared with, paired by seed (default: the first)
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -20,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Any
+from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 
@@ -46,6 +53,15 @@ class Sweep:
   curves: tuple[str, ...] = ("eval/loss",)
   fits: tuple[dict[str, str], ...] = ()
   length_factors: tuple[float, ...] = ()
+  tune: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+  select: str = "eval/loss"
+  report: str = "test/loss"
+  extend_edges: int = 3
+  baseline: Optional[str] = None
+
+  @property
+  def tuned_field(self) -> Optional[str]:
+    return next(iter(self.tune), None)
 
 
 def load_sweep(path: str) -> Sweep:
@@ -98,21 +114,54 @@ def check_sweep(sweep: Sweep) -> None:
     if len(lengths) != 1:
       raise ConfigError(f"The fields of one axis move together and need equally many values: "
                        f"{dict(axis)}.")
+  if sweep.tune:
+    if len(sweep.tune) != 1:
+      raise ConfigError(f"tune holds one field (the learning rate), not {list(sweep.tune)}.")
+    field, values = next(iter(sweep.tune.items()))
+    if field in sweep.fixed or any(field in a for a in sweep.axes):
+      raise ConfigError(f"{field!r} is tuned, so it cannot also be fixed or an axis.")
+    if len(values) < 2 or not all(isinstance(v, (int, float)) and v > 0 for v in values):
+      raise ConfigError(f"tune[{field!r}]={values!r} needs at least two positive numbers.")
+    if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
+      raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
+                        f"{[arm_label(a) for a in arms(sweep)]}.")
   base = experiment.load_config(sweep.base)
-  for field in list(sweep.fixed.keys()) + [f for a in sweep.axes for f in a]:
+  for field in list(sweep.fixed) + [f for a in sweep.axes for f in a] + list(sweep.tune):
     _get_parent(base, field)  # raises on an unknown field
 
 
-def expand(sweep: Sweep) -> list[Point]:
-  """Every point of the grid: the product of the axes (each axis zipped), times the seeds."""
+Overrides = tuple[tuple[str, Any], ...]
+
+
+def arms(sweep: Sweep) -> list[Overrides]:
+  """The settings of the axes: the product of the axes (each axis zipped), in grid order."""
   per_axis = []
   for axis in sweep.axes:
     fields = list(axis.keys())
     per_axis.append([tuple(zip(fields, values)) for values in zip(*(axis[f] for f in fields))])
+  return [tuple(kv for axis_values in combo for kv in axis_values)
+          for combo in itertools.product(*per_axis)]
+
+
+def arm_label(overrides: Overrides) -> str:
+  """An arm's name: its axis settings (a tuned field's value left out)."""
+  return ",".join(f"{short_name(k)}={format_value(v)}" for k, v in overrides) or "base"
+
+
+def expand(sweep: Sweep, tuned: Optional[Mapping[str, Sequence[float]]] = None) -> list[Point]:
+  """Every point of the grid: arms x tuned values x seeds. A tuned sweep searches
+  `tuned[arm label]` for an arm (tuning.searched_values: the grid with its extensions),
+  sweep.tune's values where not given."""
   points = []
-  for combo in itertools.product(*per_axis):
-    overrides = tuple(kv for axis_values in combo for kv in axis_values)
-    points.extend(Point(overrides, int(seed)) for seed in sweep.seeds)
+  for arm in arms(sweep):
+    if sweep.tune:
+      field = sweep.tuned_field
+      values = (tuned or {}).get(arm_label(arm), sweep.tune[field])
+      settings = [arm + ((field, v),) for v in values]
+    else:
+      settings = [arm]
+    for overrides in settings:
+      points.extend(Point(overrides, int(seed)) for seed in sweep.seeds)
   names = [p.name for p in points]
   if len(set(names)) != len(names):
     raise ConfigError("Two points of the sweep have the same name; give axes distinct values.")

@@ -10,6 +10,7 @@ import numpy as np
 
 from transformer.research.sweeps.grid import Sweep, short_name
 from transformer.research.sweeps.stats import cell, fit_points, fit_slopes
+from transformer.research.sweeps.tuning import ArmBest
 
 
 def _pyplot():
@@ -121,3 +122,40 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
     plt.close(fig)
     paths.append(path)
   return paths
+
+
+def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
+  """sweep.select against the tuned value for every arm (mean ± std over seeds, log x); the
+  chosen value circled, values where a seed diverged marked x on the top edge."""
+  plt = _pyplot()
+  field = short_name(sweep.tuned_field)
+  fig, ax = plt.subplots(figsize=(7, 4.4 + 0.17 * len(bests)))
+  finite = [m for b in bests for _, m, _, n, _ in b.curve if n and np.isfinite(m)]
+  top = max(finite) if finite else 1.0
+  for b in bests:
+    pts = [(v, m, s) for v, m, s, n, dead in b.curve if n and not dead and np.isfinite(m)]
+    if not pts:
+      continue
+    x, y, err = np.asarray(pts).T
+    line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, label=b.arm)[0]
+    if b.best is not None:
+      at = [m for v, m, _, _, _ in b.curve if v == b.best][0]
+      ax.plot([b.best], [at], "o", ms=11, mfc="none", color=line.get_color())
+    dead = [v for v, _, _, _, d in b.curve if d]
+    if dead:
+      ax.plot(dead, [top] * len(dead), "x", color=line.get_color())
+  ax.set_xscale("log", base=2)
+  ax.set_xlabel(field)
+  name = sweep.select.rsplit("/", 1)[-1]
+  ax.set_ylabel(f"{sweep.select} ({unit(name)})")
+  title = (f"{sweep.name}: {sweep.select} against {field} per arm (mean ± std over seeds); "
+           "circle = chosen, x = a seed diverged")
+  ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
+  fig.tight_layout()
+  os.makedirs(out_dir, exist_ok=True)
+  path = os.path.join(out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path

@@ -7,8 +7,9 @@ import os
 from typing import Any, Optional
 
 from transformer.errors import ConfigError
-from transformer.research.sweeps.grid import POINTS_DIR, Sweep, expand, format_value, short_name
-from transformer.research.sweeps.plots import curve_plots, fit_plot
+from transformer.research.sweeps import tuning
+from transformer.research.sweeps.grid import POINTS_DIR, Sweep, format_value, short_name
+from transformer.research.sweeps.plots import curve_plots, fit_plot, tuning_plot
 from transformer.research.sweeps.stats import (cell, fit_slopes, load_results, mean_std,
                                                metric_value, ordered_groups)
 
@@ -19,8 +20,9 @@ def aggregate(sweep: Sweep, workdir: str,
   results = load_results(workdir)
   if not results:
     raise ConfigError(f"No finished points under {os.path.join(workdir, POINTS_DIR)}.")
-  groups = ordered_groups(sweep, results)
-  fields = [f for axis in sweep.axes for f in axis]
+  points = tuning.points(sweep, results)
+  groups = ordered_groups(points, results)
+  fields = [f for axis in sweep.axes for f in axis] + list(sweep.tune)
   metrics = list(sweep.metrics)
   rows = []
   for group, members in groups.items():
@@ -31,7 +33,7 @@ def aggregate(sweep: Sweep, workdir: str,
       row[spec] = mean_std([metric_value(r["metrics"], spec) for r in ok])
     rows.append(row)
 
-  expected = len(expand(sweep))
+  expected = len(points)
   lines = [f"# {sweep.name}", "", sweep.question, ""]
   if command:
     lines += [f"Made by `{command}` ({len(results)} of {expected} points finished; mean ± "
@@ -50,7 +52,18 @@ def aggregate(sweep: Sweep, workdir: str,
     lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed:", "",
               "| other settings | slope | seeds |", "|---|---|---|"]
     lines += [f"| {k} | {cell(*v)} | {v[2]} |" for k, v in slopes.items()]
-  plots = curve_plots(sweep, groups, workdir)
+  bests, paired, curve_groups = [], [], groups
+  if sweep.tune:
+    bests = tuning.best_per_arm(sweep, results)
+    paired = tuning.paired_differences(sweep, bests)
+    lines += _tuning_lines(sweep, bests, paired)
+    # Curves of each arm at its chosen value only: the whole grid would be unreadable.
+    chosen = {f"{b.arm},{short_name(sweep.tuned_field)}={format_value(b.best)}".removeprefix("base,")
+              for b in bests if b.best is not None}
+    curve_groups = {g: m for g, m in groups.items() if g in chosen}
+  plots = curve_plots(sweep, curve_groups, workdir)
+  if bests:
+    plots.append(tuning_plot(sweep, bests, os.path.join(workdir, "plots")))
   plots += [fit_plot(sweep, results, fit["x"], fit["y"], os.path.join(workdir, "plots"))
             for fit in sweep.fits]
   if plots:
@@ -66,4 +79,32 @@ def aggregate(sweep: Sweep, workdir: str,
       writer.writerow([row[short_name(x)] for x in fields] + [row["seeds"], row["diverged"]] +
                       [f"{v:.6g}" for m in metrics for v in row[m]])
   return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
-          "expected": expected}
+          "expected": expected, "bests": bests, "paired": paired}
+
+
+def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
+                  paired: list[tuning.Paired]) -> list[str]:
+  """The tables of a tuned sweep: each arm at its best value, and paired differences."""
+  field = short_name(sweep.tuned_field)
+  lines = ["", f"## Each arm at its own best {field}", "",
+           f"Chosen on {sweep.select} (lowest mean over seeds; a value where a seed diverged is "
+           f"never chosen), reported on {sweep.report}. 'edge': the best is an end of the "
+           "values searched, so the optimum may lie beyond; 'searching': values still to run.",
+           "", f"| arm | {field} searched | best {field} | {sweep.select} | {sweep.report} | seeds |",
+           "|---|---|---|---|---|---|"]
+  for b in bests:
+    searched = ", ".join(format_value(v) for v in b.searched)
+    flag = " (edge)" if b.on_edge else ""
+    flag += "" if b.complete else " (searching)"
+    best = "-" if b.best is None else format_value(b.best) + flag
+    lines.append(f"| {b.arm} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
+                 f"{b.report[2]} |")
+  if paired:
+    lines += ["", f"Paired differences of {sweep.report}, arm minus {paired[0].baseline}, each at "
+              "its own best value, by seed: mean and 95% t-interval. 'not settled': the "
+              "interval holds 0.", "",
+              "| arm | difference | 95% interval | seeds | verdict |", "|---|---|---|---|---|"]
+    for p in paired:
+      interval = (f"[{p.low:+.4f}, {p.high:+.4f}]" if p.seeds > 1 and p.low == p.low else "-")
+      lines.append(f"| {p.arm} | {p.mean:+.4f} | {interval} | {p.seeds} | {p.verdict} |")
+  return lines

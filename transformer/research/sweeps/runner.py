@@ -2,7 +2,7 @@
 written last (so a point with one is finished and an interrupted sweep resumes where it
 stopped; an unfinished point resumes from its own checkpoints).
 
-Result keys: 'eval/*' and 'train/*' (the final metrics), 'init/*' and 'final/*' (the first
+Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split), 'init/*' and 'final/*' (the first
 and last diagnostics records), 'length_{f}x/loss', 'status' ('ok' or 'diverged').
 A point being run holds a lock (`filelock`, released by the OS if its process dies), so
 several processes on one machine or on machines sharing the directory through a file system
@@ -26,10 +26,12 @@ from absl import logging
 from transformer.data import pipeline
 from transformer.errors import ConfigError, NonFiniteLossError
 from transformer.inference import loading
+from transformer.research.sweeps import tuning
 from transformer.research.sweeps.report import aggregate
-from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep, expand,
+from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep,
                                               is_finished, load_sweep, point_config,
                                               point_dir)
+from transformer.research.sweeps.stats import load_results
 from transformer.training import loop, sharding, steps
 from transformer.training.writers import read_metrics
 
@@ -101,7 +103,7 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
     final = {}
   series = _series(run_dir)
   metrics: dict[str, Any] = {}
-  for split in ("train", "eval"):
+  for split in ("train", "eval", "test"):
     for k, v in final.get(split, {}).items():
       metrics[f"{split}/{k}"] = v
   diag = {k: v for k, v in series.items() if k.startswith("diagnostics/")}
@@ -114,7 +116,9 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   if result["status"] == "ok" and sweep.length_factors:
     metrics.update(length_losses(run_dir, list(sweep.length_factors)))
   result["metrics"] = metrics
-  result["curves"] = series
+  # The curves the report draws, and the losses: result.json stays small enough to commit.
+  result["curves"] = {k: v for k, v in series.items()
+                      if k in sweep.curves or k in ("train/loss", "eval/loss")}
   result["seconds"] = time.perf_counter() - start
   path = os.path.join(run_dir, RESULT_FILE)
   with open(path + ".tmp", "w") as f:
@@ -125,40 +129,53 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
 
 def run_sweep(sweep: Sweep, workdir: str,
               only: Optional[Iterable[str]] = None) -> list[Point]:
-  """Runs every unfinished point (or those named in `only`) in order; returns the ones run."""
+  """Runs every unfinished point (or those named in `only`) in order; returns the ones run.
+
+  The points are recomputed after each one: a tuned sweep's search grows past an edge once
+  an arm's results are in (tuning.py), and points other processes finished are skipped.
+  """
   check_sweep(sweep)
-  points = expand(sweep)
-  if only:
-    wanted = set(only)
-    unknown = wanted - {p.name for p in points}
+  wanted = set(only or ())
+  if wanted:
+    unknown = wanted - {p.name for p in tuning.points(sweep, load_results(workdir))}
     if unknown:
       raise ConfigError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
-    points = [p for p in points if p.name in wanted]
-  todo = [p for p in points if not is_finished(workdir, p)]
-  logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
-               len(points) - len(todo), len(todo))
-  done = []
-  for i, point in enumerate(todo):
-    lock = None if is_finished(workdir, point) else claim(workdir, point)
+  done: list[Point] = []
+  busy: set[str] = set()  # points another process was running when we looked
+  while True:
+    points = tuning.points(sweep, load_results(workdir))
+    points = [p for p in points if not wanted or p.name in wanted]
+    todo = [p for p in points if not is_finished(workdir, p) and p.name not in busy]
+    if not done and not busy:
+      logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
+                   len(points) - len(todo), len(todo))
+    if not todo:
+      return done
+    point = todo[0]
+    lock = claim(workdir, point)
     if lock is None:
-      logging.info("Sweep %s: %s is finished or running in another process; skipped.",
-                   sweep.name, point.name)
+      logging.info("Sweep %s: %s is running in another process; skipped.", sweep.name,
+                   point.name)
+      busy.add(point.name)
       continue
     try:
-      logging.info("Sweep %s: point %d/%d %s", sweep.name, i + 1, len(todo), point.name)
+      if is_finished(workdir, point):  # finished by another process before we claimed it
+        continue
+      logging.info("Sweep %s: point %s (%d left in the grid as it stands)", sweep.name,
+                   point.name, len(todo))
       result = run_point(sweep, workdir, point)
     finally:
       lock.release()
     logging.info("Sweep %s: %s %s in %.0f s", sweep.name, point.name, result["status"],
                  result["seconds"])
     done.append(point)
-  return done
 
 
 def launch_lines(sweep: Sweep, config_path: str, workdir: str) -> list[str]:
   """One command per unfinished point (for a cluster), then the aggregation command."""
   lines = [f"python scripts/sweep.py --config={config_path} --workdir={workdir} "
-           f"--point='{p.name}'" for p in expand(sweep) if not is_finished(workdir, p)]
+           f"--point='{p.name}'" for p in tuning.points(sweep, load_results(workdir))
+           if not is_finished(workdir, p)]
   lines.append(f"python scripts/sweep.py --config={config_path} --workdir={workdir} "
                "--aggregate_only")
   return lines

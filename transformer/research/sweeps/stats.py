@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Sweep, expand,
+from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
                                               format_value, short_name)
 
 
@@ -43,9 +43,9 @@ def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
   return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
 
 
-def ordered_groups(sweep: Sweep, results: list[dict[str, Any]]):
-  """{group: [results]} in the sweep's grid order."""
-  order = {p.group: i for i, p in enumerate(expand(sweep))}
+def ordered_groups(points: Sequence[Point], results: list[dict[str, Any]]):
+  """{group: [results]} in the order of `points` (the sweep's grid); others last."""
+  order = {p.group: i for i, p in enumerate(points)}
   groups: dict[str, list[dict[str, Any]]] = {}
   for r in sorted(results, key=lambda r: (order.get(r["group"], len(order)), r["seed"])):
     groups.setdefault(r["group"], []).append(r)

@@ -1,0 +1,148 @@
+"""Tuned sweeps: each arm's learning-rate search (with edge extension), its choice on validation
+reported on test, and paired differences with t-intervals, on stored results made by hand."""
+
+import math
+
+import pytest
+
+from test_grid import tiny_sweep
+from transformer.research import sweeps
+from transformer.research.sweeps import Point
+
+LR = "learning_rate"
+
+
+def tuned_sweep(**kw):
+  fields = dict(axes=({"model.embed_scale": ["sqrt_d", "none"]},), seeds=(0, 1, 2),
+                tune={LR: [1e-3, 2e-3, 4e-3]}, select="eval/loss", report="test/loss",
+                extend_edges=2)
+  fields.update(kw)
+  return tiny_sweep(**fields)
+
+
+def result(scale, lr, seed, val, test=None, status="ok"):
+  point = Point((("model.embed_scale", scale), (LR, lr)), seed)
+  metrics = {} if status != "ok" else {"eval/loss": val, "test/loss": val if test is None else test}
+  return {"name": point.name, "group": point.group, "overrides": dict(point.overrides),
+          "seed": seed, "status": status, "metrics": metrics, "curves": {}}
+
+
+def bowl(scale, lr, seed, best_lr, test_shift=0.0):
+  """A loss with its minimum at best_lr (quadratic in log2 lr), plus a small seed offset."""
+  val = 3.0 + 0.1 * math.log2(lr / best_lr) ** 2 + 0.01 * seed
+  return result(scale, lr, seed, val, val + test_shift)
+
+
+def test_an_interior_optimum_is_not_extended():
+  sweep = tuned_sweep()
+  results = [bowl(s, lr, seed, 2e-3) for s in ("sqrt_d", "none") for lr in (1e-3, 2e-3, 4e-3)
+             for seed in (0, 1, 2)]
+  assert sweeps.searched_values(sweep, results) == {"embed_scale=sqrt_d": [1e-3, 2e-3, 4e-3],
+                                                    "embed_scale=none": [1e-3, 2e-3, 4e-3]}
+  bests = sweeps.best_per_arm(sweep, results)
+  assert [b.best for b in bests] == [2e-3, 2e-3] and not any(b.on_edge for b in bests)
+
+
+def test_an_optimum_on_the_edge_extends_the_grid_one_step_at_a_time():
+  sweep = tuned_sweep()
+  results = [bowl("sqrt_d", lr, seed, 2e-3) for lr in (1e-3, 2e-3, 4e-3) for seed in (0, 1, 2)]
+  results += [bowl("none", lr, seed, 1.6e-2) for lr in (1e-3, 2e-3, 4e-3) for seed in (0, 1, 2)]
+  assert sweeps.searched_values(sweep, results)["embed_scale=none"] == [1e-3, 2e-3, 4e-3, 8e-3]
+  names = {p.name for p in sweeps.tuning.points(sweep, results)}
+  assert "embed_scale=none,learning_rate=0.008,seed=2" in names
+  assert "embed_scale=sqrt_d,learning_rate=0.008,seed=0" not in names
+  # Two seeds of the new value are in: the arm waits for the third before deciding again.
+  results += [bowl("none", 8e-3, seed, 1.6e-2) for seed in (0, 1)]
+  assert sweeps.searched_values(sweep, results)["embed_scale=none"][-1] == 8e-3
+  results.append(bowl("none", 8e-3, 2, 1.6e-2))
+  assert sweeps.searched_values(sweep, results)["embed_scale=none"][-1] == 1.6e-2
+  results += [bowl("none", 1.6e-2, seed, 1.6e-2) for seed in (0, 1, 2)]
+  # 1.6e-2 is best and on the edge, but extend_edges=2 steps are used up: marked, not extended.
+  best = sweeps.best_per_arm(sweep, results)[1]
+  assert best.searched == (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
+  assert best.best == 1.6e-2 and best.on_edge and best.complete
+
+
+def test_a_low_edge_extends_downwards():
+  sweep = tuned_sweep(axes=({"model.embed_scale": ["sqrt_d"]},))
+  results = [bowl("sqrt_d", lr, seed, 2.5e-4) for lr in (1e-3, 2e-3, 4e-3) for seed in (0, 1, 2)]
+  assert sweeps.searched_values(sweep, results)["embed_scale=sqrt_d"] == [5e-4, 1e-3, 2e-3, 4e-3]
+
+
+def test_a_rate_where_a_seed_diverged_is_never_chosen_nor_extended_past():
+  sweep = tuned_sweep(axes=({"model.embed_scale": ["sqrt_d"]},))
+  results = [bowl("sqrt_d", lr, seed, 1e-1) for lr in (1e-3, 2e-3) for seed in (0, 1, 2)]
+  # 4e-3 would be best, but seed 1 diverged there.
+  results += [bowl("sqrt_d", 4e-3, s, 1e-1) for s in (0, 2)]
+  results.append(result("sqrt_d", 4e-3, 1, None, status="diverged"))
+  best = sweeps.best_per_arm(sweep, results)[0]
+  assert best.best == 2e-3 and best.complete and best.searched == (1e-3, 2e-3, 4e-3)
+  assert dict((v, dead) for v, *_, dead in best.curve)[4e-3] == 1
+
+
+def test_the_choice_is_made_on_validation_and_reported_on_test():
+  sweep = tuned_sweep(axes=({"model.embed_scale": ["sqrt_d"]},))
+  results = []
+  for seed in (0, 1, 2):
+    results += [result("sqrt_d", 1e-3, seed, 3.0, test=2.0),  # test would prefer this one
+                result("sqrt_d", 2e-3, seed, 2.9, test=2.5 + 0.1 * seed),
+                result("sqrt_d", 4e-3, seed, 3.1, test=2.2)]
+  best = sweeps.best_per_arm(sweep, results)[0]
+  assert best.best == 2e-3
+  assert best.select[0] == pytest.approx(2.9)
+  assert best.report[0] == pytest.approx(2.6) and best.report[1] == pytest.approx(0.1)
+  assert best.report_by_seed == pytest.approx({0: 2.5, 1: 2.6, 2: 2.7})
+
+
+def test_t_interval_against_a_hand_computation():
+  # diffs 0.1, 0.2, 0.3: mean 0.2, sd 0.1, t(0.975, 2 dof) = 4.302653, half = 4.302653 * 0.1 / sqrt(3).
+  mean, low, high = sweeps.t_interval([0.1, 0.2, 0.3])
+  half = 4.302653 * 0.1 / math.sqrt(3)
+  assert mean == pytest.approx(0.2)
+  assert (low, high) == pytest.approx((0.2 - half, 0.2 + half), rel=1e-6)
+  assert math.isnan(sweeps.t_interval([0.5])[1])
+
+
+def test_paired_differences_each_arm_at_its_own_best():
+  sweep = tuned_sweep()
+  results = []
+  for seed in (0, 1, 2):
+    for lr in (1e-3, 2e-3, 4e-3):
+      # The paper's arm is best at 2e-3, the other at 4e-3, where it is 0.05 +- 0.01 worse.
+      results.append(result("sqrt_d", lr, seed, 3.0 + abs(math.log2(lr / 2e-3)), test=3.0 + 0.1 * seed))
+      results.append(result("none", lr, seed, 3.0 + abs(math.log2(lr / 4e-3)),
+                            test=3.05 + 0.1 * seed + 0.01 * (seed - 1)))
+  bests = sweeps.best_per_arm(sweep, results)
+  assert [b.best for b in bests] == [2e-3, 4e-3]
+  # 4e-3 is the top of the grid: 8e-3 is to be searched before the choice is final.
+  assert bests[1].searched[-1] == 8e-3 and not bests[1].complete and not bests[1].on_edge
+  (paired,) = sweeps.paired_differences(sweep, bests)
+  assert paired.arm == "embed_scale=none" and paired.baseline == "embed_scale=sqrt_d"
+  assert paired.mean == pytest.approx(0.05) and paired.seeds == 3
+  half = 4.302653 * 0.01 / math.sqrt(3)
+  assert (paired.low, paired.high) == pytest.approx((0.05 - half, 0.05 + half), rel=1e-5)
+  assert paired.verdict == "higher"
+
+
+def test_paired_difference_inside_its_interval_is_not_settled():
+  sweep = tuned_sweep(baseline="embed_scale=none")
+  results = []
+  for seed, (a, b) in enumerate([(3.0, 3.1), (3.2, 3.1), (3.1, 3.1)]):
+    for lr in (1e-3, 2e-3, 4e-3):
+      far = abs(math.log2(lr / 2e-3))
+      results.append(result("sqrt_d", lr, seed, 3.0 + far, test=a))
+      results.append(result("none", lr, seed, 3.0 + far, test=b))
+  (paired,) = sweeps.paired_differences(sweep, sweeps.best_per_arm(sweep, results))
+  assert paired.arm == "embed_scale=sqrt_d" and paired.baseline == "embed_scale=none"
+  assert paired.verdict == "not settled"
+
+
+def test_a_tuned_sweep_is_validated():
+  with pytest.raises(ValueError, match="one field"):
+    sweeps.check_sweep(tuned_sweep(tune={LR: [1e-3, 2e-3], "warmup_steps": [1, 2]}))
+  with pytest.raises(ValueError, match="at least two positive"):
+    sweeps.check_sweep(tuned_sweep(tune={LR: [1e-3]}))
+  with pytest.raises(ValueError, match="cannot also be"):
+    sweeps.check_sweep(tuned_sweep(fixed={LR: 1e-3}))
+  with pytest.raises(ValueError, match="not an arm"):
+    sweeps.check_sweep(tuned_sweep(baseline="embed_scale=bogus"))

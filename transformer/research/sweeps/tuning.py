@@ -1,0 +1,175 @@
+"""Each arm at its own best value of a tuned field (the learning rate), chosen on validation,
+reported on a held-out test split, and compared with a baseline arm paired by seed.
+
+An arm is one setting of the sweep's axes. Its searched values start as sweep.tune's grid; when
+every seed of every searched value is stored and the best lies on an end of the grid, one more
+value a grid step beyond that end is searched (at most sweep.extend_edges a side). The search
+is computed from the stored results alone, so every process of a sweep and a fresh clone of
+committed results agree on it, and an unfinished search continues where it stopped.
+
+The best value has the lowest mean of sweep.select over seeds; a value where a seed diverged
+is never chosen. Differences between arms are per seed (same seed: same initialisation draws,
+data order and splits), summarised by their mean and a 95% t-interval; a difference whose
+interval holds 0 is "not settled", whatever its sign.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from transformer.research.sweeps.grid import Sweep, arm_label, arms, expand, Point
+from transformer.research.sweeps.stats import mean_std, metric_value
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmBest:
+  """One arm's search and its chosen value (None before any value has all its seeds)."""
+  arm: str
+  searched: tuple[float, ...]
+  best: Optional[float]
+  on_edge: bool  # the best is the smallest or largest value searched
+  complete: bool  # every searched value has every seed stored
+  select: tuple[float, float, int]  # mean, std, seeds of sweep.select at the best value
+  report: tuple[float, float, int]  # the same of sweep.report
+  report_by_seed: dict[int, float]
+  curve: tuple[tuple[float, float, float, int, int], ...]  # (value, mean, std, ok, diverged)
+
+
+@dataclasses.dataclass(frozen=True)
+class Paired:
+  """arm - baseline of sweep.report, each at its own best value, over their common seeds."""
+  arm: str
+  baseline: str
+  mean: float
+  low: float  # 95% t-interval; NaN with fewer than 2 seeds
+  high: float
+  seeds: int
+
+  @property
+  def verdict(self) -> str:
+    if not (math.isfinite(self.low) and math.isfinite(self.high)):
+      return "not settled (too few seeds)"
+    if self.low > 0:
+      return "higher"
+    if self.high < 0:
+      return "lower"
+    return "not settled"
+
+
+def _round(value: float) -> float:
+  return float(f"{value:.6g}")  # extended values keep short names: 0.001, not 0.0010000000000000002
+
+
+def _step(values: Sequence[float]) -> float:
+  """The grid's factor between neighbours (geometric mean of the ratios)."""
+  v = sorted(values)
+  return (v[-1] / v[0]) ** (1.0 / (len(v) - 1))
+
+
+def _by_value(sweep: Sweep, results: list[dict[str, Any]]) -> dict[str, dict[float, list[dict]]]:
+  """{arm label: {tuned value: [results of the sweep's seeds]}}."""
+  field, seeds = sweep.tuned_field, set(sweep.seeds)
+  out: dict[str, dict[float, list[dict]]] = {}
+  for r in results:
+    overrides = r["overrides"]
+    if field not in overrides or r["seed"] not in seeds:
+      continue
+    arm = tuple((k, v) for k, v in overrides.items() if k != field)
+    out.setdefault(arm_label(arm), {}).setdefault(_round(overrides[field]), []).append(r)
+  return out
+
+
+def _score(sweep: Sweep, members: list[dict]) -> float:
+  """Mean of sweep.select over seeds; +inf if a seed diverged or has no finite value."""
+  values = [metric_value(r["metrics"], sweep.select) if r["status"] == "ok" else math.inf
+            for r in members]
+  return float(np.mean(values)) if values and all(math.isfinite(v) for v in values) else math.inf
+
+
+def _search(sweep: Sweep, stored: dict[float, list[dict]]) -> tuple[list[float], bool]:
+  """An arm's searched values and whether all of them have every seed stored."""
+  field = sweep.tuned_field
+  values = sorted(_round(v) for v in sweep.tune[field])
+  factor, low, high = _step(values), 0, 0
+  while True:
+    if any(len(stored.get(v, [])) < len(sweep.seeds) for v in values):
+      return values, False
+    scores = [_score(sweep, stored[v]) for v in values]
+    best = values[int(np.argmin(scores))] if any(math.isfinite(s) for s in scores) else values[0]
+    if best == values[0] and low < sweep.extend_edges:
+      values.insert(0, _round(values[0] / factor))
+      low += 1
+    elif best == values[-1] and high < sweep.extend_edges and math.isfinite(min(scores)):
+      values.append(_round(values[-1] * factor))
+      high += 1
+    else:
+      return values, True
+
+
+def searched_values(sweep: Sweep, results: list[dict[str, Any]]) -> dict[str, list[float]]:
+  """{arm label: the tuned values searched for it so far} (sweep.tune's grid, extended)."""
+  stored = _by_value(sweep, results)
+  return {arm_label(a): _search(sweep, stored.get(arm_label(a), {}))[0] for a in arms(sweep)}
+
+
+def points(sweep: Sweep, results: list[dict[str, Any]]) -> list[Point]:
+  """The sweep's points given what is stored: a tuned sweep's arms with their extensions."""
+  return expand(sweep, searched_values(sweep, results) if sweep.tune else None)
+
+
+def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
+  """Each arm's search and its best value, in grid order."""
+  stored = _by_value(sweep, results)
+  out = []
+  for arm in arms(sweep):
+    label = arm_label(arm)
+    by_value = stored.get(label, {})
+    values, complete = _search(sweep, by_value)
+    curve, best, best_score = [], None, math.inf
+    for v in values:
+      members = by_value.get(v, [])
+      ok = [r for r in members if r["status"] == "ok"]
+      mean, std, n = mean_std([metric_value(r["metrics"], sweep.select) for r in ok])
+      curve.append((v, mean, std, n, len(members) - len(ok)))
+      if len(members) == len(sweep.seeds) and _score(sweep, members) < best_score:
+        best, best_score = v, _score(sweep, members)
+    chosen = [r for r in by_value.get(best, []) if r["status"] == "ok"]
+    by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in chosen}
+    out.append(ArmBest(
+        arm=label, searched=tuple(values), best=best,
+        on_edge=best is not None and best in (values[0], values[-1]), complete=complete,
+        select=mean_std([metric_value(r["metrics"], sweep.select) for r in chosen]),
+        report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve)))
+  return out
+
+
+def t_interval(differences: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+  """(mean, low, high): the two-sided t-interval of the mean of paired differences."""
+  d = np.asarray(differences, np.float64)
+  if d.size == 0:
+    return math.nan, math.nan, math.nan
+  if d.size < 2:
+    return float(d.mean()), math.nan, math.nan
+  half = scipy_stats.t.ppf(0.5 + confidence / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size)
+  return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
+  """Every arm against the baseline arm (sweep.baseline, else the first), paired by seed."""
+  base = next((b for b in bests if b.arm == (sweep.baseline or bests[0].arm)), None)
+  if base is None or base.best is None:
+    return []
+  out = []
+  for b in bests:
+    if b is base or b.best is None:
+      continue
+    seeds = sorted(set(b.report_by_seed) & set(base.report_by_seed))
+    diffs = [b.report_by_seed[s] - base.report_by_seed[s] for s in seeds]
+    diffs = [d for d in diffs if math.isfinite(d)]
+    out.append(Paired(b.arm, base.arm, *t_interval(diffs), len(diffs)))
+  return out
