@@ -58,6 +58,11 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
                                      "decoder/layer_0/cross_attention"}
   assert len(saved["attention"]["decoder/layer_0/cross_attention"]["entropy"]) == 2  # heads
   assert set(saved["embedding"]) == {"encoder", "decoder"}
+  # Synthetic reverse task, 512 train examples of 2-8 symbols + EOS on each side; unpacked rows
+  # consume padding too, so no epoch count.
+  assert 512 * 2 * 3 <= saved["data"]["train_tokens"] <= 512 * 2 * 9
+  assert saved["data"]["epochs"] is None
+  assert "entropy_uniform" in saved["attention"]["decoder/layer_0/self_attention"]
   assert "ratio" in saved["embedding"]["encoder"]
   # Where the analysis cannot be written, it says so before doing the work.
   shutil.rmtree(plots)

@@ -196,3 +196,8 @@ def test_errors(data_dir):
     pipeline.get_datasets(_config(data_dir, packing="tight"), process_index=0, process_count=1)
   with pytest.raises(ValueError, match="packing='concat' splits examples across rows"):
     pipeline.get_datasets(_config(data_dir, packing="concat"), process_index=0, process_count=1)
+
+
+def test_count_train_tokens_sums_every_key_of_every_train_example(fake):
+  ds = pipeline.get_datasets(fake(batch_size=4), process_index=0, process_count=1)
+  assert ds.count_train_tokens() == NUM_FAKE * (2 + 3)  # inputs [i + 3, EOS], targets 3 ids

@@ -138,6 +138,7 @@ class Datasets:
   _train: grain.IterDataset = dataclasses.field(repr=False)
   _eval: grain.IterDataset = dataclasses.field(repr=False)
   _test: Optional[grain.IterDataset] = dataclasses.field(default=None, repr=False)
+  _train_source: Sequence[Example] = dataclasses.field(default=(), repr=False)
 
   def train_iter(self) -> grain.DatasetIterator:
     """A fresh iterator from the start; checkpoint it with get_state()/set_state()."""
@@ -146,6 +147,15 @@ class Datasets:
   def eval_batches(self) -> Iterable[Batch]:
     """Re-iterable: each pass yields the same num_eval_batches batches."""
     return self._eval
+
+  def count_train_tokens(self) -> int:
+    """Tokens of the whole train split (every key, EOS included), read and tokenized once:
+    with packing='concat' a training step consumes batch_size * max_len of them."""
+    source, total = self._train_source, 0
+    for start in range(0, len(source), 1024):  # in bulk: tokenizers encode batches faster
+      examples = read_examples(source, range(start, min(start + 1024, len(source))))
+      total += sum(len(ex[k]) for ex in examples for k in self.input_key_names)
+    return total
 
   def test_batches(self) -> Optional[Iterable[Batch]]:
     """The test split's batches, like eval_batches(); None without one (test_fraction = 0)."""
@@ -235,7 +245,7 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
                   num_eval_examples=num_eval, num_eval_batches=num_batches,
                   batch_size=local_batch, max_len=config.max_len,
                   input_key_names=sources.keys, tokenizer=sources.tokenizer, packing=mode,
-                  _train=train, _eval=evaluation, _test=test)
+                  _train=train, _eval=evaluation, _test=test, _train_source=sources.train)
 
 
 def measure_throughput(config: ml_collections.ConfigDict, seconds: float, *,

@@ -148,7 +148,8 @@ def _plots(plots_dir: str, attention: dict, records: list[dict], d_k: int) -> li
 def _markdown(result: dict[str, Any]) -> str:
   lines = [f"# Scale diagnostics of {result['workdir']}", "",
            f"Checkpoint step {result['step']}, mean over {result['num_batches']} held-out "
-           "batches (deterministic; valid positions only).", "", "## Embedding", "",
+           "batches (deterministic; valid positions only).", "",
+           _data_line(result["data"]), "", "## Embedding", "",
            "| stack | RMS(s·E[tok]) | RMS(PE term) | ratio |", "|---|---|---|---|"]
   for stack, e in result["embedding"].items():
     lines.append(f"| {stack} | {e['token_rms']:.4g} | {e.get('posemb_rms', float('nan')):.4g} | "
@@ -178,6 +179,13 @@ def _markdown(result: dict[str, Any]) -> str:
             f"{o['max_logit']:.4g}.", "", "## Plots", ""]
   lines += [f"![{p}]({p})" for p in result["plots"]]
   return "\n".join(lines) + "\n"
+
+
+def _data_line(data: dict[str, Any]) -> str:
+  if data["epochs"] is None:
+    return f"The train split holds {data['train_tokens']} tokens."
+  return (f"The train split holds {data['train_tokens']} tokens; {data['tokens_seen']} were "
+          f"consumed by this step: {data['epochs']:.3f} epochs.")
 
 
 def analyze(workdir: str, step: Optional[int] = None,
@@ -227,10 +235,16 @@ def analyze(workdir: str, step: Optional[int] = None,
       residual.setdefault(n.stack, {})[n.layer] = value
   attention = _attention_rows(diag)
 
+  # How much of the corpus the run has seen: concat packing fills every row with tokens.
+  train_tokens = datasets.count_train_tokens()
+  seen = step * config.batch_size * config.max_len if datasets.packing == "concat" else None
+  data = {"train_tokens": train_tokens, "tokens_seen": seen,
+          "epochs": None if seen is None else seen / train_tokens}
+
   records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, METRICS_FILE)) else []
   result = {
       "workdir": os.path.abspath(workdir), "step": step, "num_batches": len(results),
-      "devices": jax.device_count(),
+      "devices": jax.device_count(), "data": data,
       "model": model_config.to_dict(), "diagnostics": diag,
       "embedding": {s: embedding[s] for s in sorted(embedding, key=lambda s: s != "encoder")},
       "residual_rms": {s: [residual[s][i] for i in sorted(residual[s])]
