@@ -54,3 +54,9 @@ def test_one_line_folds_and_shortens_messages():
   assert step_dirs.one_line(ValueError("a\n  b\tc")) == "a b c"
   long = step_dirs.one_line(ValueError("x" * 400))
   assert len(long) == 300 and long.endswith("...")
+
+
+def test_a_relative_workdir_gives_an_absolute_checkpoint_dir(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)  # orbax refuses relative paths: `--workdir=w` must still save
+  assert str(step_dirs.checkpoint_dir("w")) == str(tmp_path / "w" / step_dirs.CHECKPOINT_DIR)
+  assert str(step_dirs.checkpoint_dir("gs://b/w")).startswith("gs://b/w")

@@ -32,7 +32,11 @@ class IncompatibleCheckpointError(ConfigError):
 
 
 def checkpoint_dir(workdir: str) -> epath.Path:
-  return epath.Path(os.fspath(workdir)) / CHECKPOINT_DIR
+  """WORKDIR/checkpoints; a relative local workdir made absolute (orbax refuses relative paths)."""
+  path = os.fspath(workdir)
+  if "://" not in path:
+    path = os.path.abspath(path)
+  return epath.Path(path) / CHECKPOINT_DIR
 
 
 def finished_steps(directory: epath.Path) -> list[int]:
