@@ -98,9 +98,6 @@ done
 xla_flags="${xla_flags# } --xla_force_host_platform_device_count=$devices_per_process"
 xla_flags="${xla_flags# }"
 
-gnu_tail=0
-if tail --version >/dev/null 2>&1; then gnu_tail=1; fi  # asked before any trap is set
-
 pids=()
 tail_pid=""
 
@@ -138,15 +135,6 @@ stop_tail() {
   fi
 }
 
-# Pause without a foreground child: a trapped signal interrupts the `wait` builtin at once,
-# whereas one that arrives while bash waits on a foreground command (an external `sleep`)
-# falls under bash's wait-and-cooperative-exit rule for SIGINT (the command exited normally,
-# so bash may count the signal as handled by it) and the trap can be lost.
-pause() {
-  sleep "$1" </dev/null >/dev/null 2>&1 &
-  wait "$!" || true
-}
-
 on_signal() {
   echo "local_multiprocess.sh: interrupted, stopping all processes" >&2
   trap - INT TERM
@@ -154,6 +142,13 @@ on_signal() {
   stop_tail
   exit "$1"
 }
+# A shell started with SIGINT ignored (a background job of a script: POSIX ignores SIGINT in
+# asynchronous commands when job control is off, and the processes it starts inherit that)
+# cannot trap it, so Ctrl-C cannot reach this job. Say so; SIGTERM still stops everything.
+if [ "$(trap -p INT)" = "trap -- '' SIGINT" ]; then
+  echo "local_multiprocess.sh: SIGINT is ignored in this shell (started in the background?)," \
+    "so Ctrl-C will not stop the job; stop it with SIGTERM: kill $$" >&2
+fi
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 trap 'stop_all; stop_tail' EXIT
@@ -177,7 +172,7 @@ for ((i = 0; i < num_processes; i++)); do
 done
 
 # Mirror process 0's log on the terminal. GNU tail stops by itself once the process is gone.
-if [ "$gnu_tail" -eq 1 ]; then
+if tail --version >/dev/null 2>&1; then
   tail -n +1 -f --pid="${pids[0]}" "$LOG_DIR/process_0.log" &
 else
   tail -n +1 -f "$LOG_DIR/process_0.log" &
@@ -206,14 +201,14 @@ while [ "$remaining" -gt 0 ]; do
       break
     fi
   done
-  if [ "$remaining" -gt 0 ]; then pause 0.2; fi
+  if [ "$remaining" -gt 0 ]; then sleep 0.2; fi
 done
 
 # Let tail print the end of process 0's log, then stop it.
 if [ -n "$tail_pid" ]; then
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     if ! kill -0 "$tail_pid" 2>/dev/null; then break; fi
-    pause 0.2
+    sleep 0.2
   done
   stop_tail
 fi
