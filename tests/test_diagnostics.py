@@ -230,3 +230,28 @@ def test_token_counts_skip_padding_and_rank_buckets():
   # Quantiles of the 3 ids seen (ranks 0, 1, 2 of 3); the 5 unseen ids count as the rarest.
   np.testing.assert_array_equal(buckets[5:], [0, 1, 2])
   assert np.all(buckets[:5] == 3)
+
+
+def test_qk_alignment_against_hand_values():
+  """q = (1, 0) for every query; keys by hand. Keys spread along q, x = +-1, y = 0: Var(q.k) = 1
+  against |q|^2 mean|k|^2 / d_k = 1/2: alignment 2. Keys spread across q (x = 0, y = +-1): 0.
+  Keys of the four directions (+-1, 0), (0, +-1): Var = 1/2 against 1/2: 1, as random
+  directions would give. Rows of one visible key (causal row 0) are left out."""
+  q = np.tile([1.0, 0.0], (4, 1))[None, :, None, :]
+  cases = {2.0: [[1, 0], [-1, 0], [1, 0], [-1, 0]], 0.0: [[0, 1], [0, -1], [0, 1], [0, -1]],
+           1.0: [[1, 0], [0, 1], [-1, 0], [0, -1]]}
+  for expected, keys in cases.items():
+    k = np.asarray(keys, np.float64)[None, :, None, :]
+    stats = diagnostics.attention_stats(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32),
+                                        jnp.array([1.0]))
+    np.testing.assert_allclose(float(stats["qk_alignment"][0]), expected, atol=1e-6)
+  # Causal: row i sees keys 0..i of the four-direction set: rows 1-3 by hand.
+  k = np.asarray(cases[1.0], np.float64)[None, :, None, :]
+  mask = jnp.asarray(np.tril(np.ones((4, 4), bool))[None, None])
+  stats = diagnostics.attention_stats(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32),
+                                      jnp.array([1.0]), mask)
+  rows = []
+  for i in (1, 2, 3):
+    dots = k[0, :i + 1, 0, 0]
+    rows.append(dots.var() / (1.0 * np.mean(np.sum(k[0, :i + 1, 0] ** 2, -1)) / 2))
+  np.testing.assert_allclose(float(stats["qk_alignment"][0]), np.mean(rows), rtol=1e-6)

@@ -47,7 +47,8 @@ def test_a_tuned_sweep_reports_each_arm_at_its_best_rate_and_paired_differences(
   assert "## Each arm at its own best learning_rate" in text
   assert "| embed_scale=sqrt_d | 0.001, 0.002, 0.004 | 0.002 | 3.000 ± 0.000 | 3.100 ± 0.100 | 3 |" in text
   # none - sqrt_d = 0.30, 0.31, 0.32: mean 0.31, sd 0.01, t(0.975, 2) = 4.3027.
-  assert "| embed_scale=none | +0.3100 | [+0.2852, +0.3348] | 3 | higher |" in text
+  assert ("| embed_scale=none | embed_scale=sqrt_d | +0.3100 | [+0.2852, +0.3348] | 3 | higher |"
+          in text)
   assert [b.best for b in summary["bests"]] == [2e-3, 2e-3]
   plot = tmp_path / "plots" / "tuning_eval_loss_vs_learning_rate.png"
   assert plot.stat().st_size > 1000 and "](plots/tuning_eval_loss_vs_learning_rate.png)" in text

@@ -146,3 +146,26 @@ def test_a_tuned_sweep_is_validated():
     sweeps.check_sweep(tuned_sweep(fixed={LR: 1e-3}))
   with pytest.raises(ValueError, match="not an arm"):
     sweeps.check_sweep(tuned_sweep(baseline="embed_scale=bogus"))
+
+
+def test_a_contrast_compares_within_each_setting_of_the_other_axes():
+  """contrast='model.embed_scale': at each width, 'none' against 'sqrt_d' of that width."""
+  sweep = tuned_sweep(axes=({"model.d_model": [32, 64]}, {"model.embed_scale": ["sqrt_d", "none"]}),
+                      contrast="model.embed_scale")
+  results = []
+  for d, gap in ((32, 0.1), (64, 0.3)):
+    for scale in ("sqrt_d", "none"):
+      for lr in (1e-3, 2e-3, 4e-3):
+        for seed in (0, 1, 2):
+          point = Point((("model.d_model", d), ("model.embed_scale", scale), (LR, lr)), seed)
+          loss = 3.0 + abs(math.log2(lr / 2e-3)) + (gap + 0.01 * seed if scale == "none" else 0)
+          results.append({"name": point.name, "group": point.group,
+                          "overrides": dict(point.overrides), "seed": seed, "status": "ok",
+                          "metrics": {"eval/loss": loss, "test/loss": loss}, "curves": {}})
+  paired = sweeps.paired_differences(sweep, sweeps.best_per_arm(sweep, results))
+  assert [(p.arm, p.baseline) for p in paired] == [
+      ("d_model=32,embed_scale=none", "d_model=32,embed_scale=sqrt_d"),
+      ("d_model=64,embed_scale=none", "d_model=64,embed_scale=sqrt_d")]
+  assert [p.mean for p in paired] == pytest.approx([0.11, 0.31])
+  with pytest.raises(ValueError, match="contrast"):
+    sweeps.check_sweep(tuned_sweep(contrast="model.d_model"))

@@ -15,8 +15,10 @@ Names (stack = 'encoder' | 'decoder', kind = 'self_attention' | 'cross_attention
   {stack}/layer_{i}/{kind}/head_{h}/{stat}        stat: raw_* (q.k) and logit_* (after scale
                                                   and soft cap) mean, var, absmax, var_within
                                                   (per query over its keys), qk_var_over_dk
-                                                  (_within), entropy, entropy_uniform (the
-                                                  masked uniform reference), entropy_deficit
+                                                  (_within), qk_alignment (within-row
+                                                  Var(q.k) over its random-direction value),
+                                                  entropy, entropy_uniform (the masked
+                                                  uniform reference), entropy_deficit
   output/log_z, output/max_logit                  mean over valid positions
 All statistics are over valid positions only (token id not PAD_ID; attention: mask True).
 `parse_name` splits a name into its parts.
@@ -79,6 +81,12 @@ def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
                                        (the pooled variance adds differences between rows,
                                        which the softmax ignores)
     qk_var_over_dk_within              raw_var_within / d_k
+    qk_alignment                       per query, raw_var_within / (|q|^2 mean|k|^2 / d_k), the
+                                       mean over its visible keys; averaged over queries with at
+                                       least two. 1 when the keys point in random directions
+                                       relative to q (what the d_k argument assumes); above 1
+                                       when they spread along q: growth of Var(q.k) that is
+                                       alignment, not norm
     entropy                            softmax entropy in nats, averaged over queries with a
                                        visible key
     entropy_uniform                    the same average of log(number of visible keys): the
@@ -94,16 +102,26 @@ def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
   valid = jnp.ones(raw.shape, bool) if mask is None else jnp.broadcast_to(mask, raw.shape)
   axes = (0, 2, 3)
   visible = jnp.sum(valid, axis=-1)  # int[B, H, Lq]
-  out = {}
+  out, row_vars = {}, {}
   for name, x in (("raw", raw), ("logit", logits)):
     mean = _masked_mean(x, valid, axes)
     out[f"{name}_mean"] = mean
     out[f"{name}_var"] = _masked_mean(jnp.square(x - mean[None, :, None, None]), valid, axes)
     out[f"{name}_absmax"] = jnp.max(jnp.where(valid, jnp.abs(x), 0.0), axis=axes)
     row_mean = _masked_mean(x, valid, -1)[..., None]  # NaN for a row with no visible key
-    row_var = jnp.sum(jnp.where(valid, jnp.square(x - row_mean), 0.0), axis=-1) / jnp.maximum(visible, 1)
-    out[f"{name}_var_within"] = _masked_mean(jnp.where(visible >= 2, row_var, 0.0), visible >= 2, (0, 2))
+    row_vars[name] = (jnp.sum(jnp.where(valid, jnp.square(x - row_mean), 0.0), axis=-1)
+                      / jnp.maximum(visible, 1))  # [B, H, Lq]
+    out[f"{name}_var_within"] = _masked_mean(jnp.where(visible >= 2, row_vars[name], 0.0),
+                                             visible >= 2, (0, 2))
   out["qk_var_over_dk"] = out["raw_var"] / d_k
+  # Alignment: the within-row variance against what random key directions would give.
+  q_sq = jnp.sum(jnp.square(query.astype(jnp.float32)), -1).transpose(0, 2, 1)  # [B, H, Lq]
+  k_sq = jnp.sum(jnp.square(key.astype(jnp.float32)), -1).transpose(0, 2, 1)  # [B, H, Lk]
+  k_sq_visible = _masked_mean(k_sq[:, :, None, :], valid, -1)  # [B, H, Lq]
+  isotropic = q_sq * k_sq_visible / d_k
+  two = (visible >= 2) & (isotropic > 0)
+  ratio = row_vars["raw"] / jnp.where(two, isotropic, 1.0)
+  out["qk_alignment"] = _masked_mean(jnp.where(two, ratio, 0.0), two, (0, 2))
   out["qk_var_over_dk_within"] = out["raw_var_within"] / d_k
   log_p = jax.nn.log_softmax(jnp.where(valid, logits, -jnp.inf), axis=-1)
   p_log_p = jnp.where(valid, jnp.exp(log_p) * log_p, 0.0)

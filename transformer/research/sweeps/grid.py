@@ -19,6 +19,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   extend_edges      how many grid steps an arm's search may add beyond either end of `tune`
                     when its best value lies on the edge
   baseline          the arm the others are compared with, paired by seed (default: the first)
+  contrast          instead of one baseline: an axis field; each arm is compared with the arm
+                    of the same other settings at that field's first value
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -58,6 +60,7 @@ class Sweep:
   report: str = "test/loss"
   extend_edges: int = 3
   baseline: Optional[str] = None
+  contrast: Optional[str] = None
 
   @property
   def tuned_field(self) -> Optional[str]:
@@ -122,6 +125,8 @@ def check_sweep(sweep: Sweep) -> None:
       raise ConfigError(f"{field!r} is tuned, so it cannot also be fixed or an axis.")
     if len(values) < 2 or not all(isinstance(v, (int, float)) and v > 0 for v in values):
       raise ConfigError(f"tune[{field!r}]={values!r} needs at least two positive numbers.")
+    if sweep.contrast is not None and not any(sweep.contrast in a for a in sweep.axes):
+      raise ConfigError(f"contrast={sweep.contrast!r} is not a field of the sweep's axes.")
     if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
       raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
                         f"{[arm_label(a) for a in arms(sweep)]}.")

@@ -100,11 +100,13 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
     lines.append(f"| {b.arm} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
                  f"{b.report[2]} |")
   if paired:
-    lines += ["", f"Paired differences of {sweep.report}, arm minus {paired[0].baseline}, each at "
-              "its own best value, by seed: mean and 95% t-interval. 'not settled': the "
-              "interval holds 0.", "",
-              "| arm | difference | 95% interval | seeds | verdict |", "|---|---|---|---|---|"]
+    lines += ["", f"Paired differences of {sweep.report}, arm minus baseline, each at its own "
+              "best value, by seed: mean and 95% t-interval. 'not settled': the interval "
+              "holds 0.", "",
+              "| arm | baseline | difference | 95% interval | seeds | verdict |",
+              "|---|---|---|---|---|---|"]
     for p in paired:
       interval = (f"[{p.low:+.4f}, {p.high:+.4f}]" if p.seeds > 1 and p.low == p.low else "-")
-      lines.append(f"| {p.arm} | {p.mean:+.4f} | {interval} | {p.seeds} | {p.verdict} |")
+      lines.append(f"| {p.arm} | {p.baseline} | {p.mean:+.4f} | {interval} | {p.seeds} | "
+                   f"{p.verdict} |")
   return lines

@@ -30,6 +30,7 @@ from transformer.research.sweeps.stats import mean_std, metric_value
 class ArmBest:
   """One arm's search and its chosen value (None before any value has all its seeds)."""
   arm: str
+  overrides: tuple[tuple[str, Any], ...]  # the arm's axis settings
   searched: tuple[float, ...]
   best: Optional[float]
   on_edge: bool  # the best is the smallest or largest value searched
@@ -141,7 +142,7 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
     chosen = [r for r in by_value.get(best, []) if r["status"] == "ok"]
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in chosen}
     out.append(ArmBest(
-        arm=label, searched=tuple(values), best=best,
+        arm=label, overrides=arm, searched=tuple(values), best=best,
         on_edge=best is not None and best in (values[0], values[-1]), complete=complete,
         select=mean_std([metric_value(r["metrics"], sweep.select) for r in chosen]),
         report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve)))
@@ -159,14 +160,24 @@ def t_interval(differences: Sequence[float], confidence: float = 0.95) -> tuple[
   return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
 
 
+def _baselines(sweep: Sweep, bests: list[ArmBest]) -> dict[str, ArmBest]:
+  """{arm: the arm it is compared with}: with sweep.contrast, the arm of the same other
+  settings at the contrast field's first value; else sweep.baseline (default the first arm)."""
+  if sweep.contrast:
+    first = next(a[sweep.contrast][0] for a in sweep.axes if sweep.contrast in a)
+    others = lambda b: tuple(kv for kv in b.overrides if kv[0] != sweep.contrast)  # noqa: E731
+    ref = {others(b): b for b in bests if dict(b.overrides)[sweep.contrast] == first}
+    return {b.arm: ref[others(b)] for b in bests if others(b) in ref}
+  base = next(b for b in bests if b.arm == (sweep.baseline or bests[0].arm))
+  return {b.arm: base for b in bests}
+
+
 def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
-  """Every arm against the baseline arm (sweep.baseline, else the first), paired by seed."""
-  base = next((b for b in bests if b.arm == (sweep.baseline or bests[0].arm)), None)
-  if base is None or base.best is None:
-    return []
+  """Every arm against its baseline (see _baselines), paired by seed."""
   out = []
   for b in bests:
-    if b is base or b.best is None:
+    base = _baselines(sweep, bests).get(b.arm) if bests else None
+    if base is None or base is b or b.best is None or base.best is None:
       continue
     seeds = sorted(set(b.report_by_seed) & set(base.report_by_seed))
     diffs = [b.report_by_seed[s] - base.report_by_seed[s] for s in seeds]

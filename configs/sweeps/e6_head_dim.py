@@ -1,0 +1,40 @@
+"""E6: Question 5 redesigned. The 1/sqrt(d_k) argument assumes unit-variance, independent q and
+k components, so Var(q.k) = d_k. Here d_k varies two ways, each with Xavier (the Flax default,
+whose variance 2 / (d_model + heads * d_k) depends on the attention width) and the
+unit-variance LeCun initialiser (qkv_init='lecun', the argument's premise at init):
+  heads at a fixed d_model 64: 1, 2, 4, 8 heads of d_k 64, 32, 16, 8 (attention width 64);
+and each of those with the paper's 1/sqrt(d_k) and with 1/d_k (muP), so the two are compared
+across d_k, not at one value. Measured: the within-row Var(q.k)/d_k at init and after
+training, its log-log slope against d_k, and qk_alignment (within-row Var(q.k) over what
+random key directions would give: 1 = no alignment) of the first layer. Learning rate tuned
+per arm (chosen on validation, reported on test); 3 seeds.
+  python scripts/sweep.py --config=configs/sweeps/e6_head_dim.py --workdir=docs/sweeps/e6_head_dim
+"""
+
+from transformer.research.sweeps import Sweep
+
+
+def get_sweep() -> Sweep:
+  return Sweep(
+      name="e6_head_dim",
+      question="Var(q.k) and q-k alignment against d_k (heads varied at d_model 64), Xavier "
+               "against unit-variance q/k/v init, 1/sqrt(d_k) against 1/d_k, each arm at its "
+               "own best learning rate.",
+      base="configs/lm_tiny.py",
+      axes=({"model.num_heads": [1, 2, 4, 8], "model.head_dim": [64, 32, 16, 8]},
+            {"model.qkv_init": ["xavier", "lecun"]},
+            {"model.attention_scale": ["inv_sqrt_dk", "inv_dk"]}),
+      fixed={"test_fraction": 0.02},
+      tune={"learning_rate": [5e-3, 1e-2, 2e-2]},
+      extend_edges=1,
+      metrics=("eval/loss", "test/loss",
+               "mean:init/decoder/layer_0/self_attention/head_*/qk_var_over_dk_within",
+               "mean:final/decoder/layer_0/self_attention/head_*/qk_var_over_dk_within",
+               "mean:final/decoder/layer_0/self_attention/head_*/qk_alignment",
+               "mean:final/decoder/layer_0/self_attention/head_*/entropy_deficit"),
+      curves=("eval/loss",),
+      fits=({"x": "model.head_dim",
+             "y": "mean:final/decoder/layer_0/self_attention/head_*/raw_var_within"},
+            {"x": "model.head_dim",
+             "y": "mean:init/decoder/layer_0/self_attention/head_*/raw_var_within"}),
+  )
