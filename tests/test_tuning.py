@@ -169,3 +169,16 @@ def test_a_contrast_compares_within_each_setting_of_the_other_axes():
   assert [p.mean for p in paired] == pytest.approx([0.11, 0.31])
   with pytest.raises(ValueError, match="contrast"):
     sweeps.check_sweep(tuned_sweep(contrast="model.d_model"))
+
+
+def test_arm_names_label_tables_and_differences():
+  sweep = tuned_sweep(arm_names=("paper", "none"))
+  results = [bowl(s, lr, seed, 2e-3) for s in ("sqrt_d", "none") for lr in (1e-3, 2e-3, 4e-3)
+             for seed in (0, 1, 2)]
+  bests = sweeps.best_per_arm(sweep, results)
+  assert [(b.name, b.arm) for b in bests] == [("paper", "embed_scale=sqrt_d"),
+                                              ("none", "embed_scale=none")]
+  (paired,) = sweeps.paired_differences(sweep, bests)
+  assert (paired.arm, paired.baseline) == ("none", "paper")
+  with pytest.raises(ValueError, match="arm_names"):
+    sweeps.check_sweep(tuned_sweep(arm_names=("one",)))

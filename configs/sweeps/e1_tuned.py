@@ -38,6 +38,7 @@ def get_sweep() -> Sweep:
                "its own best learning rate.",
       base="configs/lm_tiny.py",
       axes=(ARMS,),
+      arm_names=("paper", "no_scale", "scale_sum", "conv2", "pe_down", "conv2_adafactor"),
       fixed={"test_fraction": 0.02},
       tune={"learning_rate": [2.5e-3, 5e-3, 1e-2, 2e-2]},
       select="eval/loss",

@@ -21,6 +21,7 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   baseline          the arm the others are compared with, paired by seed (default: the first)
   contrast          instead of one baseline: an axis field; each arm is compared with the arm
                     of the same other settings at that field's first value
+  arm_names         optional short names of the arms, in grid order, for tables and legends
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -61,6 +62,7 @@ class Sweep:
   extend_edges: int = 3
   baseline: Optional[str] = None
   contrast: Optional[str] = None
+  arm_names: tuple[str, ...] = ()
 
   @property
   def tuned_field(self) -> Optional[str]:
@@ -130,6 +132,10 @@ def check_sweep(sweep: Sweep) -> None:
     if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
       raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
                         f"{[arm_label(a) for a in arms(sweep)]}.")
+  if sweep.arm_names and (len(sweep.arm_names) != len(arms(sweep))
+                          or len(set(sweep.arm_names)) != len(sweep.arm_names)):
+    raise ConfigError(f"arm_names needs {len(arms(sweep))} distinct names (one per arm), got "
+                      f"{list(sweep.arm_names)}.")
   base = experiment.load_config(sweep.base)
   for field in list(sweep.fixed) + [f for a in sweep.axes for f in a] + list(sweep.tune):
     _get_parent(base, field)  # raises on an unknown field

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer.research.sweeps.grid import Sweep, short_name
+from transformer.research.sweeps.grid import Sweep, format_value, short_name
 from transformer.research.sweeps.stats import cell, fit_points, fit_slopes
 from transformer.research.sweeps.tuning import ArmBest
 
@@ -137,7 +137,7 @@ def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
     if not pts:
       continue
     x, y, err = np.asarray(pts).T
-    line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, label=b.arm)[0]
+    line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, label=b.name)[0]
     if b.best is not None:
       at = [m for v, m, _, _, _ in b.curve if v == b.best][0]
       ax.plot([b.best], [at], "o", ms=11, mfc="none", color=line.get_color())
@@ -145,6 +145,9 @@ def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
     if dead:
       ax.plot(dead, [top] * len(dead), "x", color=line.get_color())
   ax.set_xscale("log", base=2)
+  searched = sorted({v for b in bests for v in b.searched})
+  ax.set_xticks(searched, [format_value(v) for v in searched], rotation=30)
+  ax.minorticks_off()
   ax.set_xlabel(field)
   name = sweep.select.rsplit("/", 1)[-1]
   ax.set_ylabel(f"{sweep.select} ({unit(name)})")

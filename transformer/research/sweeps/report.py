@@ -86,7 +86,10 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
                   paired: list[tuning.Paired]) -> list[str]:
   """The tables of a tuned sweep: each arm at its best value, and paired differences."""
   field = short_name(sweep.tuned_field)
-  lines = ["", f"## Each arm at its own best {field}", "",
+  lines = ["", f"## Each arm at its own best {field}", ""]
+  if sweep.arm_names:
+    lines += ["Arms: " + "; ".join(f"**{b.name}** = {b.arm}" for b in bests) + ".", ""]
+  lines += [
            f"Chosen on {sweep.select} (lowest mean over seeds; a value where a seed diverged is "
            f"never chosen), reported on {sweep.report}. 'edge': the best is an end of the "
            "values searched, so the optimum may lie beyond; 'searching': values still to run.",
@@ -97,7 +100,7 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
     flag = " (edge)" if b.on_edge else ""
     flag += "" if b.complete else " (searching)"
     best = "-" if b.best is None else format_value(b.best) + flag
-    lines.append(f"| {b.arm} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
+    lines.append(f"| {b.name} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
                  f"{b.report[2]} |")
   if paired:
     lines += ["", f"Paired differences of {sweep.report}, arm minus baseline, each at its own "

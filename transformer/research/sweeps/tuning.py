@@ -31,6 +31,7 @@ class ArmBest:
   """One arm's search and its chosen value (None before any value has all its seeds)."""
   arm: str
   overrides: tuple[tuple[str, Any], ...]  # the arm's axis settings
+  name: str  # sweep.arm_names' name of the arm, else its label
   searched: tuple[float, ...]
   best: Optional[float]
   on_edge: bool  # the best is the smallest or largest value searched
@@ -43,7 +44,8 @@ class ArmBest:
 
 @dataclasses.dataclass(frozen=True)
 class Paired:
-  """arm - baseline of sweep.report, each at its own best value, over their common seeds."""
+  """arm - baseline of sweep.report, each at its own best value, over their common seeds
+  (arms by their display names)."""
   arm: str
   baseline: str
   mean: float
@@ -127,6 +129,7 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   """Each arm's search and its best value, in grid order."""
   stored = _by_value(sweep, results)
   out = []
+  names = dict(zip([arm_label(a) for a in arms(sweep)], sweep.arm_names))
   for arm in arms(sweep):
     label = arm_label(arm)
     by_value = stored.get(label, {})
@@ -142,7 +145,7 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
     chosen = [r for r in by_value.get(best, []) if r["status"] == "ok"]
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in chosen}
     out.append(ArmBest(
-        arm=label, overrides=arm, searched=tuple(values), best=best,
+        arm=label, overrides=arm, name=names.get(label, label), searched=tuple(values), best=best,
         on_edge=best is not None and best in (values[0], values[-1]), complete=complete,
         select=mean_std([metric_value(r["metrics"], sweep.select) for r in chosen]),
         report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve)))
@@ -182,5 +185,5 @@ def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
     seeds = sorted(set(b.report_by_seed) & set(base.report_by_seed))
     diffs = [b.report_by_seed[s] - base.report_by_seed[s] for s in seeds]
     diffs = [d for d in diffs if math.isfinite(d)]
-    out.append(Paired(b.arm, base.arm, *t_interval(diffs), len(diffs)))
+    out.append(Paired(b.name, base.name, *t_interval(diffs), len(diffs)))
   return out
