@@ -173,6 +173,9 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
     records = writers.read_metrics(str(tmp_path / scale), "diagnostics")
     assert [r["step"] for r in records] == [0, 2]
     init[scale] = records[0]
+    for r in writers.read_metrics(str(tmp_path / scale), "train"):  # one-step windows
+      assert r["loss_step_max"] == pytest.approx(r["loss"], rel=1e-5)
+      assert r["grad_norm_step_max"] == pytest.approx(r["grad_norm"], rel=1e-6)
     test = writers.read_metrics(str(tmp_path / scale), "test")
     assert [r["step"] for r in test] == [2]
     assert test[0]["loss"] == pytest.approx(final["test"]["loss"])

@@ -37,3 +37,18 @@ def test_mean_std_ignores_diverged_values_and_cells_keep_significant_digits():
   assert stats.cell(2.0, 1.0, 2) == "2.000 ± 1.000" and stats.cell(2.0, 0.0, 1) == "2.000"
   assert stats.cell(0.00123, 0.0001, 3) == "1.23e-03 ± 1.00e-04"
   assert stats.cell(1234.5, 2.0, 2) == "1234.5 ± 2.0"
+
+
+def test_spike_stats_against_hand_counts():
+  # Windows of 10 steps, warmup 10: window means 4.0, 3.5, 3.0, 2.8; worst steps 5.0 (warmup,
+  # not counted), 3.9 (3.9/4.0 - 1 < 0.2), 4.5 (4.5/3.5 - 1 = 0.286: a spike), 3.1.
+  # Gradient norms at window ends 1, 1, 2, 1 (median after warmup 1); worst steps 9 (warmup),
+  # 1.5, 5 (a spike: 5x), 1.
+  series = {"train/loss": [[10, 4.0], [20, 3.5], [30, 3.0], [40, 2.8]],
+            "train/loss_step_max": [[10, 5.0], [20, 3.9], [30, 4.5], [40, 3.1]],
+            "train/grad_norm": [[10, 1.0], [20, 1.0], [30, 2.0], [40, 1.0]],
+            "train/grad_norm_step_max": [[10, 9.0], [20, 1.5], [30, 5.0], [40, 1.0]]}
+  out = stats.spike_stats(series, after_step=10)
+  assert out["spikes/loss"] == 1 and out["spikes/loss_max_jump"] == pytest.approx(4.5 / 3.5 - 1)
+  assert out["spikes/grad_norm"] == 1 and out["spikes/grad_norm_max_ratio"] == pytest.approx(5.0)
+  assert stats.spike_stats({"train/loss": [[10, 1.0]]}, 0) == {}

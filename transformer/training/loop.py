@@ -143,6 +143,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     summary = {k: float(v) for k, v in summarize(total).items() if k != "weight_sum"}
     for k in ("learning_rate", "grad_norm", "param_norm"):
       summary[k] = float(fetched[-1][k])
+    # The worst single step of the window: loss and gradient-norm spikes show here even
+    # when the window's mean hides them.
+    summary["loss_step_max"] = max(float(m["loss_sum"]) / max(float(m["weight_sum"]), 1.0)
+                                   for m in fetched)
+    summary["grad_norm_step_max"] = max(float(m["grad_norm"]) for m in fetched)
     summary["tokens_per_sec"] = float(total.weight_sum) / max(elapsed, 1e-9)
     summary["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
     timer = time.perf_counter()

@@ -2,8 +2,9 @@
 written last (so a point with one is finished and an interrupted sweep resumes where it
 stopped; an unfinished point resumes from its own checkpoints).
 
-Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split), 'init/*' and 'final/*' (the first
-and last diagnostics records), 'length_{f}x/loss', 'status' ('ok' or 'diverged').
+Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split),
+'init/*' and 'final/*' (the first and last diagnostics records), 'spikes/*'
+(stats.spike_stats), 'length_{f}x/loss', 'status' ('ok' or 'diverged').
 A point being run holds a lock (`filelock`, released by the OS if its process dies), so
 several processes on one machine or on machines sharing the directory through a file system
 with working locks can work through one grid together; on a cluster, `launch_lines` gives
@@ -31,7 +32,7 @@ from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep,
                                               is_finished, load_sweep, point_config,
                                               point_dir)
-from transformer.research.sweeps.stats import load_results
+from transformer.research.sweeps.stats import load_results, spike_stats
 from transformer.training import loop, sharding, steps
 from transformer.training.writers import read_metrics
 
@@ -113,6 +114,8 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
       metrics[f"init/{name}"] = values[0][1]
     if result["status"] == "ok":
       metrics[f"final/{name}"] = values[-1][1]
+  if result["status"] == "ok":
+    metrics.update(spike_stats(series, config.warmup_steps))
   if result["status"] == "ok" and sweep.length_factors:
     metrics.update(length_losses(run_dir, list(sweep.length_factors)))
   result["metrics"] = metrics

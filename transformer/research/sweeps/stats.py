@@ -84,3 +84,28 @@ def cell(mean: float, std: float, n: int) -> str:
   # Small values (relative updates, ~1e-3) keep their significant digits.
   spec = ".2e" if 0 < abs(mean) < 0.01 else (".3f" if abs(mean) < 100 else ".1f")
   return f"{mean:{spec}} ± {std:{spec}}" if n > 1 else f"{mean:{spec}}"
+
+
+# Spikes, counted per log window after warmup (a window's worst step is logged by the loop):
+SPIKE_LOSS_JUMP = 0.2  # a step's loss more than 20% above the previous window's mean loss
+SPIKE_GRAD_RATIO = 4.0  # a step's gradient norm over 4x the run's median (window-end) norm
+
+
+def spike_stats(series: dict[str, list[list[float]]], after_step: int) -> dict[str, float]:
+  """{'spikes/loss', 'spikes/loss_max_jump', 'spikes/grad_norm', 'spikes/grad_norm_max_ratio'}
+  from a run's train curves (loss, loss_step_max, grad_norm, grad_norm_step_max); {} for runs
+  logged before the loop recorded per-window maxima."""
+  need = ("train/loss", "train/loss_step_max", "train/grad_norm", "train/grad_norm_step_max")
+  if not all(k in series for k in need):
+    return {}
+  mean, worst = dict(map(tuple, series["train/loss"])), dict(map(tuple, series["train/loss_step_max"]))
+  steps = sorted(mean)
+  jumps = [worst[s] / mean[prev] - 1.0 for prev, s in zip(steps, steps[1:])
+           if s > after_step and s in worst and mean[prev] > 0]
+  norms = [v for s, v in series["train/grad_norm"] if s > after_step]
+  median = float(np.median(norms)) if norms else float("nan")
+  ratios = [v / median for s, v in series["train/grad_norm_step_max"] if s > after_step and median > 0]
+  return {"spikes/loss": float(sum(j > SPIKE_LOSS_JUMP for j in jumps)),
+          "spikes/loss_max_jump": max(jumps, default=float("nan")),
+          "spikes/grad_norm": float(sum(r > SPIKE_GRAD_RATIO for r in ratios)),
+          "spikes/grad_norm_max_ratio": max(ratios, default=float("nan"))}
