@@ -25,3 +25,13 @@ def test_mistakes_give_one_clear_line(decode_run, tmp_path):
   assert "\n" not in str(e.value)
   with pytest.raises(loading.InferenceError, match="No checkpoint for step 7"):
     loading.load(decode_run, step=7)
+
+
+def test_the_summary_in_config_json_counts_the_restored_params(decode_run):
+  """An encoder-decoder run: the parameter count logged at the start (and kept in config.json)
+  is the count of the params restored from its checkpoint."""
+  from transformer import checkpoint, model_summary
+  restored = checkpoint.load_params(decode_run)
+  saved = checkpoint.read_config(decode_run)["summary"]
+  assert saved["params"] == model_summary.param_counts(restored.params)
+  assert saved["params"]["encoder"] > 0 and saved["params"]["total"] > 0

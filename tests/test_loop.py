@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from transformer import checkpoint
+from transformer import checkpoint, model_summary
 from transformer.errors import NonFiniteLossError
 from transformer.models import apply_model
 from transformer.training import experiment, loop, steps, writers
@@ -79,7 +79,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
       import numpy as np
       import jax
       assert jax.device_count() == 1
-      from transformer import checkpoint
+      from transformer import checkpoint, model_summary
       from transformer.models import Transformer, apply_model
       params, cfg = checkpoint.load_params({str(workdir)!r})
       inputs, targets = np.load({str(tmp_path / 'batch.npy')!r})
@@ -176,6 +176,10 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
     for r in writers.read_metrics(str(tmp_path / scale), "train"):  # one-step windows
       assert r["loss_step_max"] == pytest.approx(r["loss"], rel=1e-5)
       assert r["grad_norm_step_max"] == pytest.approx(r["grad_norm"], rel=1e-6)
+    # Decoder-only: the parameter count of the summary is that of the restored params.
+    saved = checkpoint.read_config(str(tmp_path / scale))["summary"]["params"]
+    assert saved == model_summary.param_counts(checkpoint.load_params(str(tmp_path / scale)).params)
+    assert saved["encoder"] == 0 and saved["output_projection"] == 0  # tied
     test = writers.read_metrics(str(tmp_path / scale), "test")
     assert [r["step"] for r in test] == [2]
     assert test[0]["loss"] == pytest.approx(final["test"]["loss"])

@@ -6,19 +6,7 @@ timing, and `benchmark`, the body of scripts/benchmark.py:
 MFU = analytic model FLOPs / step time, divided by a matmul peak measured in the same run on
 the same devices and dtype.
 
-Model FLOPs per step (the MFU convention of PaLM, Chowdhery et al. 2022: matmul FLOPs of the
-model's forward and backward pass, 2 FLOPs per multiply-add, backward = 2 x forward, any
-rematerialisation NOT counted), for an encoder-decoder with source length S, target length T,
-width d, feed-forward width f, attention width a = heads x head_dim, vocabulary V, per sequence:
-
-  encoder layer   S (8 d a + 4 d f) + 4 S^2 a          q,k,v,o projections, FFN, q.k and p.v
-  decoder layer   T (8 d a + 4 d f) + 4 T^2 a           self-attention (full T x T scores)
-                  + T 4 d a + S 4 d a + 4 T S a         cross-attention: q,o on T; k,v on S
-  output          2 T d V                                logits (tied or not)
-  step            3 x (sum of the above) x batch
-
-A decoder-only model is the decoder without cross-attention. Gated FFNs count 6 d f instead of
-4 d f. Softmax, norms, dropout and the loss are not matmuls and are not counted.
+Model FLOPs: `transformer.model_summary` (the one formula, also in every run's summary).
 """
 
 from __future__ import annotations
@@ -35,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from transformer import diagnostics
+from transformer.model_summary import train_flops_per_step
 from transformer.config import ModelConfig
 from transformer.data import pipeline
 from transformer.errors import ConfigError
@@ -47,27 +36,6 @@ from transformer.training import steps as steps_lib
 MODES = ("train", "eval", "decode", "data", "diagnostics")
 # The held-out batches the loop's scale diagnostics average over (the experiment default).
 DIAGNOSTICS_BATCHES = experiment.base_config().diagnostics_batches
-
-
-def forward_flops(cfg: ModelConfig, source_len: int, target_len: int, *,
-                  decoder_only: bool = False) -> float:
-  """Matmul FLOPs of one sequence's forward pass (module docstring)."""
-  d, f, a, V = cfg.d_model, cfg.d_ff, cfg.num_heads * cfg.qk_dim, cfg.output_vocab_size
-  ffn = (6 if cfg.activation in ("geglu", "swiglu") else 4) * d * f
-  S, T = source_len, target_len
-  decoder = T * (8 * d * a + ffn) + 4 * T * T * a
-  total = cfg.num_decoder_layers * decoder + 2 * T * d * V
-  if not decoder_only:
-    encoder = S * (8 * d * a + ffn) + 4 * S * S * a
-    cross = T * 4 * d * a + S * 4 * d * a + 4 * T * S * a
-    total += cfg.num_encoder_layers * encoder + cfg.num_decoder_layers * cross
-  return float(total)
-
-
-def train_flops_per_step(cfg: ModelConfig, batch_size: int, source_len: int, target_len: int,
-                         *, decoder_only: bool = False) -> float:
-  """Forward + backward (3 x forward) over a batch."""
-  return 3.0 * batch_size * forward_flops(cfg, source_len, target_len, decoder_only=decoder_only)
 
 
 def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:

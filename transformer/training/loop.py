@@ -22,7 +22,7 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from transformer import checkpoint, diagnostics
+from transformer import checkpoint, diagnostics, model_summary
 from transformer.data import pipeline
 from transformer.errors import NonFiniteLossError, TrainingError, one_line
 from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
@@ -87,6 +87,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   state = jax.jit(functools.partial(steps.init_state, model, built.optimizer),
                   out_shardings=sharding.replicated(mesh))(init_rng, shape_batch)
 
+  resolved["summary"] = model_summary.summarize(state.params, model_config, config.max_len,
+                                                decoder_only=config.model_type == "lm")
+  if jax.process_index() == 0:
+    logging.info("%s", model_summary.format_summary(resolved["summary"]))
   ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints,
                                  async_save=config.async_checkpoints)
   train_iter = datasets.train_iter()

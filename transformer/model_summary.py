@@ -1,0 +1,89 @@
+"""What a model is: its parameters per module and its analytic FLOPs per token.
+
+`summarize(params, config, seq_len, decoder_only)` counts the parameters of a param tree by
+module (token embedding, encoder stack, decoder stack, output projection; a tied projection
+is the embedding, counted once) and gives the FLOPs per token of the formula below, the one
+scripts/benchmark.py divides by step time for MFU. Training logs it at the start and writes it
+into config.json.
+
+Model FLOPs per step (the MFU convention of PaLM, Chowdhery et al. 2022: matmul FLOPs of the
+model's forward and backward pass, 2 FLOPs per multiply-add, backward = 2 x forward, any
+rematerialisation NOT counted), for an encoder-decoder with source length S, target length T,
+width d, feed-forward width f, attention width a = heads x head_dim, vocabulary V, per sequence:
+
+  encoder layer   S (8 d a + 4 d f) + 4 S^2 a          q,k,v,o projections, FFN, q.k and p.v
+  decoder layer   T (8 d a + 4 d f) + 4 T^2 a           self-attention (full T x T scores)
+                  + T 4 d a + S 4 d a + 4 T S a         cross-attention: q,o on T; k,v on S
+  output          2 T d V                                logits (tied or not)
+  step            3 x (sum of the above) x batch
+
+A decoder-only model is the decoder without cross-attention. Gated FFNs count 6 d f instead of
+4 d f. Softmax, norms, dropout and the loss are not matmuls and are not counted.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+
+from transformer.config import ModelConfig
+
+
+def forward_flops(cfg: ModelConfig, source_len: int, target_len: int, *,
+                  decoder_only: bool = False) -> float:
+  """Matmul FLOPs of one sequence's forward pass (module docstring)."""
+  d, f, a, V = cfg.d_model, cfg.d_ff, cfg.num_heads * cfg.qk_dim, cfg.output_vocab_size
+  ffn = (6 if cfg.activation in ("geglu", "swiglu") else 4) * d * f
+  S, T = source_len, target_len
+  decoder = T * (8 * d * a + ffn) + 4 * T * T * a
+  total = cfg.num_decoder_layers * decoder + 2 * T * d * V
+  if not decoder_only:
+    encoder = S * (8 * d * a + ffn) + 4 * S * S * a
+    cross = T * 4 * d * a + S * 4 * d * a + 4 * T * S * a
+    total += cfg.num_encoder_layers * encoder + cfg.num_decoder_layers * cross
+  return float(total)
+
+
+def train_flops_per_step(cfg: ModelConfig, batch_size: int, source_len: int, target_len: int,
+                         *, decoder_only: bool = False) -> float:
+  """Forward + backward (3 x forward) over a batch."""
+  return 3.0 * batch_size * forward_flops(cfg, source_len, target_len, decoder_only=decoder_only)
+
+
+# Top-level param collections -> the module they belong to in the summary.
+_GROUPS = {"embedding": "token_embedding", "source_embedding": "token_embedding",
+           "target_embedding": "token_embedding", "encoder": "encoder", "decoder": "decoder",
+           "output_logits": "output_projection"}
+
+
+def param_counts(params: Any) -> dict[str, int]:
+  """{'token_embedding', 'encoder', 'decoder', 'output_projection', ..., 'total'}: parameters
+  per module of a param tree (arrays or ShapeDtypeStructs); each array counted once."""
+  counts = {"token_embedding": 0, "encoder": 0, "decoder": 0, "output_projection": 0}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    top = getattr(path[0], "key", str(path[0]))
+    group = _GROUPS.get(top, top)
+    counts[group] = counts.get(group, 0) + math.prod(leaf.shape)
+  counts["total"] = sum(counts.values())
+  return counts
+
+
+def summarize(params: Any, cfg: ModelConfig, seq_len: int, *,
+              decoder_only: bool) -> dict[str, Any]:
+  """Parameter counts and FLOPs per target token for rows of `seq_len` tokens (both sides)."""
+  forward = forward_flops(cfg, seq_len, seq_len, decoder_only=decoder_only) / seq_len
+  return {"params": param_counts(params),
+          "flops_per_token": {"forward": forward, "train": 3.0 * forward, "seq_len": seq_len}}
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+  """A few lines for the log: parameters per module, total, FLOPs per token."""
+  counts, flops = summary["params"], summary["flops_per_token"]
+  width = max(len(k) for k in counts)
+  lines = [f"  {name:<{width}}  {n:>12,}" for name, n in counts.items() if name != "total"]
+  lines.append(f"  {'total':<{width}}  {counts['total']:>12,}")
+  lines.append(f"  FLOPs per token at {flops['seq_len']} tokens a row: forward "
+               f"{flops['forward']:.3g}, train step {flops['train']:.3g}")
+  return "Model parameters (a tied output projection is the embedding, counted once):\n" + \
+      "\n".join(lines)
