@@ -23,6 +23,8 @@ _DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 256, "Tokens decoded per 
 _STEPS = flags.DEFINE_integer("steps", 3, "Steps per timing.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timings; the median is reported.")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON result here too.")
+_PROFILE = flags.DEFINE_string(
+    "profile", None, "Trace the measured train step with jax.profiler into this directory.")
 flags.mark_flags_as_required(["config"])
 
 
@@ -32,7 +34,7 @@ def main(argv):
   result = benchmarking.benchmark(
       errors.config_of(_CONFIG), _MODE.value, _STEPS.value, _REPEATS.value,
       diagnostics_every=_DIAGNOSTICS_EVERY.value, decode_batch=_DECODE_BATCH.value,
-      decode_tokens=_DECODE_TOKENS.value)
+      decode_tokens=_DECODE_TOKENS.value, profile_dir=_PROFILE.value)
   text = json.dumps(result, indent=2)
   print(text)
   if _OUTPUT.value:

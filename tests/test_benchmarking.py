@@ -24,7 +24,8 @@ def test_benchmark_script_reports_every_mode(tmp_path):
       [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
        "--config.model.vocab_size=35", "--config.batch_size=8", "--config.max_len=8",
        "--mode=train,eval,diagnostics,decode", "--steps=1", "--repeats=1",
-       "--diagnostics_every=2", "--decode_tokens=8", f"--output={out}"],
+       "--diagnostics_every=2", "--decode_tokens=8", f"--output={out}",
+       f"--profile={tmp_path / 'profile'}"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   result = json.loads(out.read_text())
@@ -33,6 +34,8 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   assert diag["every_steps"] == 2 and diag["seconds_with"] > 0 and diag["seconds_without"] > 0
   assert diag["overhead"] == pytest.approx(diag["seconds_with"] / diag["seconds_without"] - 1)
   assert result["decode"]["cached_tokens_per_sec"] > 0 and result["decode"]["speedup"] > 0
+  assert result["profile_dir"] == str(tmp_path / "profile")
+  assert [t.stat().st_size > 0 for t in (tmp_path / "profile").rglob("*.xplane.pb")] == [True]
 
 
 def test_benchmark_decoding_reports_both_paths():

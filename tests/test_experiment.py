@@ -76,6 +76,11 @@ def test_configs_build_their_models(name):
     ("model.embed_scale", "bogus", "ModelConfig.embed_scale='bogus' is not one of"),
     ("model.max_len", 8, "Rows of max_len=17 tokens exceed the model's position table "
                          "(model.max_len=8)"),
+    ("profile_steps", "10", "profile_steps='10' must be 'START,COUNT'"),
+    ("profile_steps", "a,b", "profile_steps='a,b' must be 'START,COUNT'"),
+    ("profile_steps", "5,0", "profile_steps='5,0' must be 'START,COUNT'"),
+    ("test_fraction", 1.0, "test_fraction=1.0 must be in [0, 1)"),
+    ("diagnostics_batches", 0, "diagnostics_batches=0 must be an integer >= 1."),
 ])
 def test_validate_finds_each_mistake_before_anything_runs(field, value, message):
   config = experiment.load_config(str(REPO / "configs" / "default.py"))

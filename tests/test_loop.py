@@ -161,7 +161,7 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
   """attention_scale does not touch the initialisation: two runs that differ only in it start
   from the same params on the same held-out batches, so at step 0 every statistic before the
   first attention scale agrees exactly and layer 0's logit variance differs by exactly d_k.
-  The test split is scored once, at the last step."""
+  The test split is scored once, at the last step; profile_steps writes a trace."""
   init = {}
   for scale in ("none", "inv_sqrt_dk"):
     config = _lm_on(corpus, tiny_config, diagnostics_every_steps=2, diagnostics_batches=2,
@@ -169,7 +169,10 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
                     checkpoint_every_steps=2)
     config.model.attention_scale = scale
     config.model.dropout_rate = 0.0
+    config.profile_steps = "1,1" if scale == "none" else ""  # a trace of step 2
     final = loop.train_and_evaluate(config, str(tmp_path / scale))
+    traces = list((tmp_path / scale / loop.PROFILE_DIR).rglob("*.xplane.pb"))
+    assert len(traces) == (1 if scale == "none" else 0) and all(t.stat().st_size for t in traces)
     records = writers.read_metrics(str(tmp_path / scale), "diagnostics")
     assert [r["step"] for r in records] == [0, 2]
     init[scale] = records[0]

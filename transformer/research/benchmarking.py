@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -78,12 +78,14 @@ def matmul_peak(dtype: str = "float32", n: int = 2048, repeats: int = 5,
 
 def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: int = 3,
               repeats: int = 3, *, diagnostics_every: int = 100, decode_batch: int = 1,
-              decode_tokens: int = 256) -> dict[str, Any]:
+              decode_tokens: int = 256, profile_dir: Optional[str] = None) -> dict[str, Any]:
   """The figures of `modes` ('train', 'eval', 'decode', 'data', 'diagnostics') for an
   experiment config on this machine's local devices (module docstring); a JSON-ready dict.
 
   Every timing is the median of `repeats`, after compilation; a train timing runs `steps`
-  steps. The batch is random full-length tokens, so every counted FLOP is real work.
+  steps. The batch is random full-length tokens, so every counted FLOP is real work. With
+  `profile_dir`, `steps` more train steps run after the timings under jax.profiler, traced
+  into that directory (TensorBoard's profile plugin or Perfetto open it).
   """
   unknown = sorted(set(modes) - set(MODES))
   if unknown:
@@ -141,6 +143,13 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
     flops = train_flops_per_step(cfg, B, L, L, decoder_only=decoder_only)
     result.update(train_step_seconds=seconds, train_tokens_per_sec=tokens_per_step / seconds,
                   train_model_tflops_per_sec=flops / seconds / 1e12, mfu=flops / seconds / peak)
+    if profile_dir:  # after the timings, so tracing does not perturb them
+      jax.profiler.start_trace(profile_dir)
+      try:
+        jax.block_until_ready(run())
+      finally:
+        jax.profiler.stop_trace()
+      result["profile_dir"] = profile_dir
     state = holder["state"]
 
   if "diagnostics" in modes:  # the training loop's diagnostics every N steps, against none

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import types
 import typing
-from typing import Any
+from typing import Any, Optional
 
 import ml_collections
 from ml_collections import config_dict
@@ -92,6 +92,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.bleu_every_steps = 0  # > 0: BLEU + exact match of beam search on the eval split (seq2seq)
   c.num_decode_examples = 3  # decoded eval examples shown in TensorBoard and the log
   c.checkpoint_every_steps = 500
+  # "START,COUNT": a jax.profiler trace of steps START+1 .. START+COUNT in WORKDIR/profile
+  # (TensorBoard's profile plugin or Perfetto open it); "" = off.
+  c.profile_steps = ""
   c.keep_checkpoints = 3
   c.async_checkpoints = True
   c.allow_model_change = False  # True: resume a workdir whose model config differs
@@ -120,6 +123,22 @@ _AT_LEAST_ZERO = ("diagnostics_every_steps", "bleu_every_steps", "num_decode_exa
                   "loss_chunk_size", "warmup_steps")
 
 
+def profile_window(config: ml_collections.ConfigDict) -> Optional[tuple[int, int]]:
+  """(START, COUNT) of config.profile_steps, None when off; a ConfigError for a malformed one."""
+  text = (config.get("profile_steps") or "").strip()
+  if not text:
+    return None
+  parts = text.split(",")
+  try:
+    start, count = (int(p) for p in parts) if len(parts) == 2 else (None, None)
+  except ValueError:
+    start = count = None
+  if start is None or start < 0 or count < 1:
+    raise ConfigError(f"profile_steps={text!r} must be 'START,COUNT' with START >= 0 and "
+                      "COUNT >= 1, e.g. '10,5' (steps 11 to 15).")
+  return start, count
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Checks every setting that needs no data: a mistake ends a run before it writes anything.
 
@@ -146,6 +165,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.z_loss < 0:
     raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
+  profile_window(config)
   optimizers.make_optimizer(config)  # the optimizer fields and the schedule
   # The model's own checks, with a stand-in vocabulary (the data's comes later).
   model = model_config(config, config.model.vocab_size or NUM_RESERVED + 1)

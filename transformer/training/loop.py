@@ -44,6 +44,9 @@ def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.D
   return datasets
 
 
+PROFILE_DIR = "profile"  # WORKDIR/profile/plugins/profile/<date>/*.xplane.pb, *.trace.json.gz
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final metrics.
@@ -159,10 +162,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
 
   step = start_step
   failed = True
+  profile = experiment.profile_window(config)
+  profiling = False
   try:
     while step < num_steps:
       if signals.stopped_by and stop_signals.any_process(True):
         break
+      if profile and step == profile[0] and primary:
+        jax.profiler.start_trace(os.path.join(workdir, PROFILE_DIR))
+        profiling = True
       host_batch = next(train_iter)
       batch = sharding.global_batch(host_batch, mesh)
       diagnose = config.diagnostics_every_steps and (step + 1) % config.diagnostics_every_steps == 0
@@ -180,6 +188,12 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
       pending.append(metrics)
       step += 1
       bar.update(1)
+      if profiling and step == profile[0] + profile[1]:
+        jax.block_until_ready(state)
+        jax.profiler.stop_trace()
+        profiling = False
+        logging.info("Profiled steps %d-%d into %s.", profile[0] + 1, step,
+                     os.path.join(workdir, PROFILE_DIR))
       is_last = step == num_steps
       if step % config.log_every_steps == 0 or is_last or step % config.checkpoint_every_steps == 0:
         summary = flush(step)
@@ -225,6 +239,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     raise
   finally:
     bar.close()
+    if profiling:  # stopped inside the window: keep what was traced
+      jax.profiler.stop_trace()
     try:
       ckpt.wait_until_finished()
       ckpt.close()
