@@ -12,6 +12,7 @@ import pytest
 
 from conftest import REPO
 from transformer.errors import ConfigError, RunError
+from transformer.inference import loading
 from transformer.research import analysis
 from transformer.training import loop, writers
 
@@ -63,6 +64,15 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
   assert 512 * 2 * 3 <= saved["data"]["train_tokens"] <= 512 * 2 * 9
   assert saved["data"]["epochs"] is None
   assert "entropy_uniform" in saved["attention"]["decoder/layer_0/self_attention"]
+
+  # Attention maps of a source sentence: the encoder's 1 layer x 2 heads, tokens + EOS.
+  text = loading.load(workdir).tokenizer.decode([3, 4, 5])
+  made = analysis.attention_map_figure(workdir, text)
+  assert made["panels"] == 1 * 2 and made["tokens"][-1] == "</s>" and len(made["tokens"]) == 4
+  assert made["path"] == os.path.join(workdir, "plots", "attention_maps.png")
+  assert os.path.getsize(made["path"]) > 10000
+  with pytest.raises(ConfigError, match="holds no tokens"):
+    analysis.attention_map_figure(workdir, "")
   assert "ratio" in saved["embedding"]["encoder"]
   # Where the analysis cannot be written, it says so before doing the work.
   shutil.rmtree(plots)

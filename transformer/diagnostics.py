@@ -67,6 +67,23 @@ def frequency_buckets(token_frequency: jax.Array, num_buckets: int = NUM_BUCKETS
   return jnp.minimum((rank * num_buckets) // seen, num_buckets - 1)
 
 
+def _scaled(raw: jax.Array, scale: jax.Array, softcap: Optional[float]) -> jax.Array:
+  """The model's logits from raw q.k float[B, H, Lq, Lk]: per-head scale float[H], soft cap."""
+  logits = raw * scale[None, :, None, None]
+  return logits if softcap is None else softcap * jnp.tanh(logits / softcap)
+
+
+def attention_weights(query: jax.Array, key: jax.Array, scale: jax.Array,
+                      mask: Optional[jax.Array] = None,
+                      softcap: Optional[float] = None) -> jax.Array:
+  """The softmax weights float32[B, H, Lq, Lk] of sown q, k float[B, L, H, D], scale float[H]
+  and mask bool[B, 1|H, Lq, Lk]; a row with no visible key is all 0."""
+  logits = _scaled(attention_logits(query, key, scale=1.0), scale, softcap)
+  valid = jnp.ones(logits.shape, bool) if mask is None else jnp.broadcast_to(mask, logits.shape)
+  weights = jax.nn.softmax(jnp.where(valid, logits, -jnp.inf), axis=-1)
+  return jnp.where(valid, weights, 0.0)
+
+
 def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
                     mask: Optional[jax.Array] = None,
                     softcap: Optional[float] = None) -> dict[str, jax.Array]:
@@ -96,9 +113,7 @@ def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
   """
   d_k = query.shape[-1]
   raw = attention_logits(query, key, scale=1.0)  # float32[B, H, Lq, Lk]
-  logits = raw * scale[None, :, None, None]
-  if softcap is not None:
-    logits = softcap * jnp.tanh(logits / softcap)
+  logits = _scaled(raw, scale, softcap)
   valid = jnp.ones(raw.shape, bool) if mask is None else jnp.broadcast_to(mask, raw.shape)
   axes = (0, 2, 3)
   visible = jnp.sum(valid, axis=-1)  # int[B, H, Lq]
@@ -170,22 +185,52 @@ def _stack_diagnostics(stack: str, tree: Mapping[str, Any], tokens: jax.Array, v
         out[f"{stack}/embed/bucket_{b}/posemb_rms"] = _rms(position, in_bucket)
         out[f"{stack}/embed/bucket_{b}/ratio"] = (out[f"{stack}/embed/bucket_{b}/token_rms"]
                                                   / out[f"{stack}/embed/bucket_{b}/posemb_rms"])
-  for index, block, stacked in _layers(tree["blocks"]):
-    unstack = (lambda x: [x[i] for i in range(x.shape[0])]) if stacked else (lambda x: [x])
-    outputs = unstack(block["output"][0])
-    layer_ids = range(len(outputs)) if stacked else [index]
-    for i, h in zip(layer_ids, outputs):
-      out[f"{stack}/layer_{i}/residual_rms"] = _rms(h, valid)
+  for i, h in _residuals(tree["blocks"]):
+    out[f"{stack}/layer_{i}/residual_rms"] = _rms(h, valid)
+  for i, kind, q, k, s, m in _attentions(tree["blocks"]):
+    for stat, per_head in attention_stats(q, k, s, m, softcap).items():
+      for h in range(per_head.shape[0]):
+        out[f"{stack}/layer_{i}/{kind}/head_{h}/{stat}"] = per_head[h]
+  return out
+
+
+def _unstacked(blocks: Mapping[str, Any]):
+  """(layer index, block intermediates) per layer, a scanned stack split into its layers."""
+  for index, block, stacked in _layers(blocks):
+    if not stacked:
+      yield index, block
+      continue
+    for i in range(block["output"][0].shape[0]):
+      yield i, jax.tree_util.tree_map(lambda x, i=i: x[i], block)
+
+
+def _residuals(blocks: Mapping[str, Any]):
+  """(layer, block output float[B, L, d]) per layer."""
+  for i, block in _unstacked(blocks):
+    yield i, block["output"][0]
+
+
+def _attentions(blocks: Mapping[str, Any]):
+  """(layer, kind, q, k, scale, mask or None) of every attention of a stack, in layer order."""
+  for i, block in _unstacked(blocks):
     for kind in ("self_attention", "cross_attention"):
-      if kind not in block:
-        continue
-      a = block[kind]
-      masks = unstack(a["mask"][0]) if "mask" in a else [None] * len(outputs)
-      for i, q, k, s, m in zip(layer_ids, unstack(a["q"][0]), unstack(a["k"][0]),
-                               unstack(a["scale"][0]), masks):
-        for stat, per_head in attention_stats(q, k, s, m, softcap).items():
-          for h in range(per_head.shape[0]):
-            out[f"{stack}/layer_{i}/{kind}/head_{h}/{stat}"] = per_head[h]
+      if kind in block:
+        a = block[kind]
+        yield (i, kind, a["q"][0], a["k"][0], a["scale"][0],
+               a["mask"][0] if "mask" in a else None)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def attention_maps(model: nn.Module, params: Any, batch: Batch) -> dict[str, jax.Array]:
+  """{'{stack}/layer_{i}/{kind}': float32[B, H, Lq, Lk]} softmax weights of every attention of
+  the model on `batch` (deterministic), encoder first; for looking at, not for training."""
+  _, state = apply_model(model, params, batch, mutable=["intermediates"])
+  out = {}
+  for stack in ("encoder", "decoder"):
+    if stack in state["intermediates"]:
+      for i, kind, q, k, s, m in _attentions(state["intermediates"][stack]["blocks"]):
+        out[f"{stack}/layer_{i}/{kind}"] = attention_weights(q, k, s, m,
+                                                             model.config.attn_logit_softcap)
   return out
 
 

@@ -1,6 +1,7 @@
 """Scale diagnostics of a trained run, restored from a checkpoint: tables, JSON and plots.
 
   python scripts/analyze.py --workdir=DIR [--step=N]
+  python scripts/analyze.py --workdir=DIR --text="a sentence or a prompt"   # attention maps
 
 `analyze` restores the params of a checkpoint (written by any device count) with
 `load_params`, runs `transformer.diagnostics` on a few held-out batches of the run's own data,
@@ -25,6 +26,8 @@ import numpy as np
 from transformer import checkpoint, diagnostics
 from transformer.data import pipeline
 from transformer.errors import ConfigError, RunError
+from transformer.inference import loading
+from transformer.token_ids import EOS_ID, PAD_ID
 from transformer.training import experiment
 from transformer.training.writers import METRICS_FILE, read_metrics
 
@@ -258,3 +261,69 @@ def analyze(workdir: str, step: Optional[int] = None,
   with open(os.path.join(plots_dir, "analysis.md"), "w") as f:
     f.write(_markdown(result))
   return result
+
+
+def _token_label(tokenizer: Any, token: int) -> str:
+  if token == EOS_ID:
+    return "</s>"
+  if token == PAD_ID:
+    return "<s>"  # a decoder's first input: shift_right puts 0 before the first token
+  return tokenizer.decode([token]).strip() or f"#{token}"
+
+
+def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
+                         output: Optional[str] = None) -> dict[str, Any]:
+  """One figure of the attention weights of `text` in every layer and head (tokens on both
+  axes): the encoder's self-attention of a translation model (text = a source sentence), the
+  decoder's causal self-attention of a language model (text = a prompt). Written to `output`
+  (default WORKDIR/plots/attention_maps.png); returns {'path', 'panels', 'tokens'}."""
+  loaded = loading.load(workdir, step)
+  ids = loaded.tokenizer.encode(text)
+  if not ids:
+    raise ConfigError(f"--text={text!r} holds no tokens; give a sentence or a prompt.")
+  if loaded.is_lm:
+    tokens = np.asarray([ids], np.int32)
+    batch, stack = {"targets": tokens}, "decoder"
+    labels = [_token_label(loaded.tokenizer, t) for t in [PAD_ID] + ids[:-1]]
+  else:
+    tokens = np.asarray([ids + [EOS_ID]], np.int32)
+    batch, stack = {"inputs": tokens, "targets": np.asarray([[EOS_ID]], np.int32)}, "encoder"
+    labels = [_token_label(loaded.tokenizer, t) for t in ids + [EOS_ID]]
+  if tokens.shape[1] > loaded.model_config.max_len:
+    raise ConfigError(f"--text has {tokens.shape[1]} tokens, more than the model's max_len="
+                      f"{loaded.model_config.max_len}; shorten it.")
+  maps = jax.device_get(diagnostics.attention_maps(loaded.model, loaded.params,
+                                                   {k: jnp.asarray(v) for k, v in batch.items()}))
+  rows = [(name, w[0]) for name, w in maps.items()
+          if name.startswith(f"{stack}/") and name.endswith("/self_attention")]
+  path = output or os.path.join(workdir, "plots", "attention_maps.png")
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  heads, n = rows[0][1].shape[0], len(labels)
+  size = max(2.6, 0.22 * n + 1.2)
+  fig, axes = plt.subplots(len(rows), heads, figsize=(size * heads + 1.2, size * len(rows)),
+                           squeeze=False)
+  font = max(4, min(9, int(160 / n)))
+  for r, (name, weights) in enumerate(rows):
+    layer = diagnostics.parse_name(f"{name}/head_0/entropy").layer
+    for h in range(heads):
+      ax = axes[r][h]
+      image = ax.imshow(weights[h], vmin=0.0, vmax=1.0, cmap="viridis")
+      ax.set_title(f"{stack} layer {layer}, head {h}", fontsize=9)
+      ax.set_xticks(range(n), labels, rotation=90, fontsize=font)
+      ax.set_yticks(range(n), labels, fontsize=font)
+      if r == len(rows) - 1:
+        ax.set_xlabel("key (attended to)", fontsize=8)
+      if h == 0:
+        ax.set_ylabel("query", fontsize=8)
+  run = os.path.basename(os.path.normpath(workdir))
+  run = run if len(run) <= 50 else run[:47] + "..."
+  fig.suptitle(f"Attention weights, {run} at step {loaded.step}: {text[:60]!r}", fontsize=10)
+  fig.colorbar(image, ax=axes, fraction=0.02, label="attention weight")
+  fig.savefig(path, dpi=110, bbox_inches="tight")
+  plt.close(fig)
+  return {"path": path, "panels": len(rows) * heads, "tokens": labels}
