@@ -1,6 +1,7 @@
 """The error boundary: a user's mistake is one line and exit 1, anything else its traceback."""
 
 import logging
+import os
 import sys
 import types
 
@@ -90,3 +91,12 @@ def test_orbax_leftovers_after_a_failed_read_do_not_bury_the_message(monkeypatch
   record = lambda msg: logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, (), None)  # noqa: E731
   assert asyncio_log.filter(record("Task was destroyed but it is pending!"))
   assert not asyncio_log.filter(record("Task exception was never retrieved"))
+
+
+def test_orbax_info_logging_is_dropped_and_its_warnings_kept():
+  def record(level, path):
+    return logging.LogRecord("absl", level, path, 1, "msg", None, None)
+  orbax = os.path.join("site-packages", "orbax", "checkpoint", "checkpoint.py")
+  assert not errors._orbax_info_filter(record(logging.INFO, orbax))
+  assert errors._orbax_info_filter(record(logging.WARNING, orbax))
+  assert errors._orbax_info_filter(record(logging.INFO, os.path.join("transformer", "loop.py")))

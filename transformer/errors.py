@@ -64,6 +64,7 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
 
   sys.unraisablehook = _without_closed_loop_noise(sys.unraisablehook)
   logging.getLogger("asyncio").addFilter(_abandoned_task_filter)
+  logging.getLogger("absl").addFilter(_orbax_info_filter)
   started = False
 
   def wrapped(argv: Sequence[str]) -> Any:
@@ -103,6 +104,12 @@ def _abandoned_task_filter(record: logging.LogRecord) -> bool:
   orbax abandons its other read tasks, whose errors (the same damage, already reported in
   one line) asyncio would otherwise print with a traceback whenever they are collected."""
   return "exception was never retrieved" not in record.getMessage()
+
+
+def _orbax_info_filter(record: logging.LogRecord) -> bool:
+  """Drops orbax's INFO and DEBUG logging (one line per checkpoint read holds the checksum of
+  every array, thousands of characters); its warnings and errors still show."""
+  return record.levelno >= logging.WARNING or f"{os.sep}orbax{os.sep}" not in record.pathname
 
 
 def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:
