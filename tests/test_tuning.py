@@ -182,3 +182,34 @@ def test_arm_names_label_tables_and_differences():
   assert (paired.arm, paired.baseline) == ("none", "paper")
   with pytest.raises(ValueError, match="arm_names"):
     sweeps.check_sweep(tuned_sweep(arm_names=("one",)))
+
+
+def test_confirm_seeds_run_at_the_chosen_value_only_and_join_the_report():
+  sweep = tuned_sweep(confirm_seeds=(3, 4))
+  results = [bowl(s, lr, seed, 2e-3) for s in ("sqrt_d", "none") for lr in (1e-3, 2e-3, 4e-3)
+             for seed in (0, 1, 2)]
+  # sqrt_d's search is complete (interior best 2e-3); none's misses a seed: not confirmed yet.
+  results = [r for r in results if r["name"] != "embed_scale=none,learning_rate=0.004,seed=2"]
+  extra = {p.name for p in sweeps.tuning.points(sweep, results)} - {r["name"] for r in results}
+  assert extra == {"embed_scale=sqrt_d,learning_rate=0.002,seed=3",
+                   "embed_scale=sqrt_d,learning_rate=0.002,seed=4",
+                   "embed_scale=none,learning_rate=0.004,seed=2"}
+  results.append(bowl("none", 4e-3, 2, 2e-3))
+  # Confirming results with a much lower loss at a rate that was not chosen are ignored.
+  results += [result("sqrt_d", 1e-3, 3, 0.5), result("sqrt_d", 1e-3, 4, 0.5)]
+  for scale, shift in (("sqrt_d", 0.0), ("none", 0.2)):
+    results += [bowl(scale, 2e-3, seed, 2e-3, test_shift=shift) for seed in (3, 4)]
+  bests = sweeps.best_per_arm(sweep, results)
+  assert [b.best for b in bests] == [2e-3, 2e-3]
+  # Chosen on the three selection seeds, reported over five: 3.0 + 0.01 * seed.
+  assert bests[0].select[2] == 3 and bests[0].select[0] == pytest.approx(3.01)
+  assert bests[0].report[2] == 5 and bests[0].report[0] == pytest.approx(3.02)
+  paired = sweeps.tuning.paired_differences(sweep, bests)[0]
+  # none - sqrt_d: 0 on seeds 0-2 and 0.2 on seeds 3, 4: mean 0.08 over five pairs.
+  assert paired.seeds == 5 and paired.mean == pytest.approx(0.08)
+  diffs = [0, 0, 0, 0.2, 0.2]
+  assert (paired.low, paired.high) == pytest.approx(sweeps.tuning.t_interval(diffs)[1:])
+  with pytest.raises(ValueError, match="repeat seeds"):
+    sweeps.check_sweep(tuned_sweep(confirm_seeds=(2, 3)))
+  with pytest.raises(ValueError, match="need `tune`"):
+    sweeps.check_sweep(tiny_sweep(confirm_seeds=(3,)))

@@ -22,6 +22,10 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   contrast          instead of one baseline: an axis field; each arm is compared with the arm
                     of the same other settings at that field's first value
   arm_names         optional short names of the arms, in grid order, for tables and legends
+  confirm_seeds     optional seeds run only at each arm's chosen value once its search is
+                    complete: they join the reported figure and the paired differences, while
+                    the choice stays on `seeds` (more seeds where effects are small, without
+                    running them over the whole grid)
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -63,6 +67,7 @@ class Sweep:
   baseline: Optional[str] = None
   contrast: Optional[str] = None
   arm_names: tuple[str, ...] = ()
+  confirm_seeds: tuple[int, ...] = ()
 
   @property
   def tuned_field(self) -> Optional[str]:
@@ -132,6 +137,11 @@ def check_sweep(sweep: Sweep) -> None:
     if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
       raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
                         f"{[arm_label(a) for a in arms(sweep)]}.")
+  if sweep.confirm_seeds and not sweep.tune:
+    raise ConfigError("confirm_seeds are run at each arm's chosen value: they need `tune`.")
+  if set(sweep.confirm_seeds) & set(sweep.seeds):
+    raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
+                      f"{list(sweep.seeds)}; give new ones.")
   if sweep.arm_names and (len(sweep.arm_names) != len(arms(sweep))
                           or len(set(sweep.arm_names)) != len(sweep.arm_names)):
     raise ConfigError(f"arm_names needs {len(arms(sweep))} distinct names (one per arm), got "
@@ -159,10 +169,12 @@ def arm_label(overrides: Overrides) -> str:
   return ",".join(f"{short_name(k)}={format_value(v)}" for k, v in overrides) or "base"
 
 
-def expand(sweep: Sweep, tuned: Optional[Mapping[str, Sequence[float]]] = None) -> list[Point]:
+def expand(sweep: Sweep, tuned: Optional[Mapping[str, Sequence[float]]] = None,
+           chosen: Optional[Mapping[str, float]] = None) -> list[Point]:
   """Every point of the grid: arms x tuned values x seeds. A tuned sweep searches
   `tuned[arm label]` for an arm (tuning.searched_values: the grid with its extensions),
-  sweep.tune's values where not given."""
+  sweep.tune's values where not given, and runs sweep.confirm_seeds at `chosen[arm label]`
+  (an arm's value once its search is complete)."""
   points = []
   for arm in arms(sweep):
     if sweep.tune:
@@ -173,6 +185,9 @@ def expand(sweep: Sweep, tuned: Optional[Mapping[str, Sequence[float]]] = None) 
       settings = [arm]
     for overrides in settings:
       points.extend(Point(overrides, int(seed)) for seed in sweep.seeds)
+    if sweep.tune and arm_label(arm) in (chosen or {}):
+      overrides = arm + ((sweep.tuned_field, chosen[arm_label(arm)]),)
+      points.extend(Point(overrides, int(seed)) for seed in sweep.confirm_seeds)
   names = [p.name for p in points]
   if len(set(names)) != len(names):
     raise ConfigError("Two points of the sweep have the same name; give axes distinct values.")

@@ -82,6 +82,10 @@ def aggregate(sweep: Sweep, workdir: str,
           "expected": expected, "bests": bests, "paired": paired}
 
 
+def _seed_list(seeds) -> str:
+  return ", ".join(str(s) for s in seeds)
+
+
 def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
                   paired: list[tuning.Paired]) -> list[str]:
   """The tables of a tuned sweep: each arm at its best value, and paired differences."""
@@ -92,7 +96,10 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
   lines += [
            f"Chosen on {sweep.select} (lowest mean over seeds; a value where a seed diverged is "
            f"never chosen), reported on {sweep.report}. 'edge': the best is an end of the "
-           "values searched, so the optimum may lie beyond; 'searching': values still to run.",
+           "values searched, so the optimum may lie beyond; 'searching': values still to run."
+           + (f" The choice uses seeds {_seed_list(sweep.seeds)}; seeds "
+              f"{_seed_list(sweep.confirm_seeds)} are run at the chosen value only and join "
+              f"{sweep.report} and the differences." if sweep.confirm_seeds else ""),
            "", f"| arm | {field} searched | best {field} | {sweep.select} | {sweep.report} | seeds |",
            "|---|---|---|---|---|---|"]
   for b in bests:

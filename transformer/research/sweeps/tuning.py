@@ -74,9 +74,10 @@ def _step(values: Sequence[float]) -> float:
   return (v[-1] / v[0]) ** (1.0 / (len(v) - 1))
 
 
-def _by_value(sweep: Sweep, results: list[dict[str, Any]]) -> dict[str, dict[float, list[dict]]]:
-  """{arm label: {tuned value: [results of the sweep's seeds]}}."""
-  field, seeds = sweep.tuned_field, set(sweep.seeds)
+def _by_value(sweep: Sweep, results: list[dict[str, Any]],
+              seeds: Optional[Sequence[int]] = None) -> dict[str, dict[float, list[dict]]]:
+  """{arm label: {tuned value: [results of `seeds` (default the sweep's seeds)]}}."""
+  field, seeds = sweep.tuned_field, set(sweep.seeds if seeds is None else seeds)
   out: dict[str, dict[float, list[dict]]] = {}
   for r in results:
     overrides = r["overrides"]
@@ -121,13 +122,19 @@ def searched_values(sweep: Sweep, results: list[dict[str, Any]]) -> dict[str, li
 
 
 def points(sweep: Sweep, results: list[dict[str, Any]]) -> list[Point]:
-  """The sweep's points given what is stored: a tuned sweep's arms with their extensions."""
-  return expand(sweep, searched_values(sweep, results) if sweep.tune else None)
+  """The sweep's points given what is stored: a tuned sweep's arms with their extensions, and
+  its confirm_seeds at the chosen value of each arm whose search is complete."""
+  if not sweep.tune:
+    return expand(sweep)
+  bests = best_per_arm(sweep, results)
+  return expand(sweep, {b.arm: list(b.searched) for b in bests},
+                {b.arm: b.best for b in bests if b.complete and b.best is not None})
 
 
 def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   """Each arm's search and its best value, in grid order."""
   stored = _by_value(sweep, results)
+  confirming = _by_value(sweep, results, sweep.confirm_seeds)
   out = []
   names = dict(zip([arm_label(a) for a in arms(sweep)], sweep.arm_names))
   for arm in arms(sweep):
@@ -143,7 +150,9 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
       if len(members) == len(sweep.seeds) and _score(sweep, members) < best_score:
         best, best_score = v, _score(sweep, members)
     chosen = [r for r in by_value.get(best, []) if r["status"] == "ok"]
-    by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in chosen}
+    confirmed = [r for r in confirming.get(label, {}).get(best, []) if r["status"] == "ok"]
+    by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report)
+               for r in chosen + (confirmed if complete else [])}
     out.append(ArmBest(
         arm=label, overrides=arm, name=names.get(label, label), searched=tuple(values), best=best,
         on_edge=best is not None and best in (values[0], values[-1]), complete=complete,
