@@ -100,6 +100,23 @@ def test_only_a_non_finite_loss_is_recorded_as_diverged(tmp_path, monkeypatch):
 
 
 
+def test_a_point_stopped_by_a_signal_is_not_recorded_and_the_sweep_stops(tmp_path, monkeypatch):
+  """SIGTERM mid-point: the loop saves and returns early; the point must stay unfinished (it
+  resumes from its checkpoint) and the sweep must not go on to the next point."""
+  calls = []
+
+  def stopped(config, workdir):
+    calls.append(workdir)
+    open(os.path.join(workdir, "metrics.jsonl"), "w").close()
+    return {"step": 150, "preempted_at": 150, "stopped_by": "SIGTERM"}
+
+  monkeypatch.setattr(loop, "train_and_evaluate", stopped)
+  sweep = tiny_sweep()
+  assert sweeps.run_sweep(sweep, str(tmp_path)) == []
+  assert len(calls) == 1
+  assert not any(sweeps.is_finished(str(tmp_path), p) for p in sweeps.expand(sweep))
+
+
 def test_a_tuned_sweep_runs_the_grid_then_extends_an_edge(tmp_path, monkeypatch):
   """Training replaced by a loss bowl in log2(lr): the 'none' arm's best lies above the grid,
   so the runner adds 8e-3 (then stops: 4e-3 stays best); the other arm is left alone."""

@@ -85,7 +85,8 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
 
 
 def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
-  """Trains `point` (resuming its own checkpoints) and writes its result.json."""
+  """Trains `point` (resuming its own checkpoints) and writes its result.json; a run stopped
+  by SIGTERM / SIGINT writes none (status 'stopped': it resumes from its checkpoint)."""
   run_dir = point_dir(workdir, point)
   os.makedirs(run_dir, exist_ok=True)
   start = time.perf_counter()
@@ -99,6 +100,10 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   try:
     final = loop.train_and_evaluate(config, run_dir)
     result.update(status="ok", step=final.get("step"))
+    if final.get("stopped_by"):  # unfinished: recording it would end the point early
+      result.update(status="stopped", stopped_by=final["stopped_by"],
+                    seconds=time.perf_counter() - start)
+      return result
   except NonFiniteLossError as e:  # a finding, not a crash; any other failure stops the sweep
     result.update(status="diverged", message=str(e))
     final = {}
@@ -169,6 +174,10 @@ def run_sweep(sweep: Sweep, workdir: str,
       result = run_point(sweep, workdir, point)
     finally:
       lock.release()
+    if result["status"] == "stopped":
+      logging.warning("Sweep %s: stopped by %s in %s; rerun the same command to continue.",
+                      sweep.name, result["stopped_by"], point.name)
+      return done
     logging.info("Sweep %s: %s %s in %.0f s", sweep.name, point.name, result["status"],
                  result["seconds"])
     done.append(point)
