@@ -33,5 +33,7 @@ setuptools.setup(
         # t-intervals of paired differences between sweep arms (already a dependency of jax).
         "scipy>=1.11",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "import-linter>=2.1"]},
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "import-linter>=2.1",
+                             # docs/analysis.ipynb, executed headless in the suite
+                             "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"]},
 )

@@ -47,7 +47,7 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   plots = os.path.join(workdir, "plots")
   for name in ("analysis.md", "analysis.json", "attention_entropy.png", "logit_variance.png",
-               "embed_posemb_ratio.png", "loss.png"):
+               "embed_ratio_by_frequency.png", "embed_posemb_ratio.png", "log_z.png", "loss.png"):
     assert os.path.getsize(os.path.join(plots, name)) > 0, name
   with open(os.path.join(plots, "analysis.json")) as f:
     saved = json.load(f)

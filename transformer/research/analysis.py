@@ -70,81 +70,164 @@ def _finite(value: Any) -> Any:
   return value
 
 
-def _plots(plots_dir: str, attention: dict, records: list[dict], d_k: int) -> list[str]:
-  """Writes the PNGs; returns their file names."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
+  """A matplotlib Figure and its axes, without pyplot's global state (any backend: saved by
+  `save_figure` in scripts, shown inline in a notebook)."""
+  from matplotlib.figure import Figure
 
-  written = []
+  fig = Figure(figsize=(width, height))
+  return fig, fig.subplots(rows, cols, squeeze=False)
 
-  def save(fig, name):
-    fig.tight_layout()
-    fig.savefig(os.path.join(plots_dir, name), dpi=110)
-    plt.close(fig)
-    written.append(name)
 
+def save_figure(fig: Any, path: str, **kw) -> None:
+  fig.savefig(path, dpi=110, **kw)
+
+
+def entropy_figure(attention: dict[str, dict[str, list[float]]]) -> Any:
+  """Attention entropy of every layer and head (bars) against the entropy of uniform
+  attention under the same causal and per-segment masks (black marks): `analyze`'s
+  result['attention']."""
   labels = list(attention)
-  if labels:
-    entropy = np.array([attention[r]["entropy"] for r in labels], dtype=float)
-    fig, ax = plt.subplots(figsize=(3.5 + 0.9 * entropy.shape[1], 1.8 + 0.45 * len(labels)))
-    im = ax.imshow(entropy, aspect="auto", cmap="viridis")
-    ax.set_xticks(range(entropy.shape[1]), [f"head {h}" for h in range(entropy.shape[1])])
-    ax.set_yticks(range(len(labels)), [_short(r) for r in labels])
-    for (i, j), v in np.ndenumerate(entropy):
-      light = v > np.nanmean(entropy)  # dark text on the light (high) end of viridis
-      ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="k" if light else "w", fontsize=8)
-    ax.set_xlabel("attention head")
-    ax.set_ylabel("layer and attention")
-    uniform = np.nanmean([_mean(attention[r]["entropy_uniform"]) for r in labels])
-    ax.set_title(f"Attention entropy (nats); uniform under the same masks: {uniform:.2f}")
-    fig.colorbar(im, ax=ax, label="entropy (nats)")
-    save(fig, "attention_entropy.png")
+  heads = len(attention[labels[0]]["entropy"])
+  fig, axes = _figure(max(6.0, 0.35 * heads * len(labels) + 2), 4.2)
+  ax = axes[0][0]
+  x, ticks = 0, []
+  for r, row in enumerate(labels):
+    for h in range(heads):
+      ax.bar(x, attention[row]["entropy"][h], color=f"C{r % 10}",
+             label=_short(row) if h == 0 else None)
+      ax.hlines(attention[row]["entropy_uniform"][h], x - 0.4, x + 0.4, color="k",
+                label="uniform over the visible keys" if (r, h) == (0, 0) else None)
+      ticks.append((x, f"h{h}"))
+      x += 1
+    x += 1  # a gap between layers
+  ax.set_xticks([t[0] for t in ticks], [t[1] for t in ticks], fontsize=8)
+  ax.set_xlabel("attention head, grouped by layer")
+  ax.set_ylabel("entropy (nats)")
+  ax.set_title("Attention entropy against its uniform reference (same masks)")
+  top = max(max(attention[r]["entropy_uniform"] + attention[r]["entropy"]) for r in labels)
+  ax.set_ylim(0, 1.35 * top)  # room for the legend above the bars and the marks
+  ax.legend(fontsize=8, loc="upper left", ncol=3)
+  fig.tight_layout()
+  return fig
 
-    fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(labels) + 3), 4.5))
-    x = np.arange(len(labels))
-    for stat, label, marker in (("raw_var", "Var(q·k), before the scale", "o"),
-                                ("logit_var", "Var(logits), after the scale", "s")):
-      ax.plot(x, [_mean(attention[r][stat]) for r in labels], marker=marker, label=label)
-    # What unit-variance q and k would give: Var(q.k) = d_k, and 1 after the paper's d_k^-0.5.
-    ax.axhline(d_k, color="C0", linestyle="--", label=f"d_k = {d_k} (unit-variance q, k)")
-    ax.axhline(1.0, color="C1", linestyle=":", label="1 (unit variance)")
-    ax.set_yscale("log")
-    ax.set_xticks(x, [_short(r) for r in labels], rotation=20, ha="right")
-    ax.set_xlabel("layer and attention")
-    ax.set_ylabel("variance (logit units², mean over heads)")
-    ax.set_title(f"Attention logit variance against d_k (d_k = {d_k})")
-    ax.legend(fontsize=8)
-    save(fig, "logit_variance.png")
 
-  diag_records = [r for r in records if r["split"] == "diagnostics"]
-  ratio_keys = sorted({k for r in diag_records for k in r if k.endswith("embed/ratio")
-                       or (k.endswith("/ratio") and "/bucket_" in k)})
-  if ratio_keys:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for k in ratio_keys:
-      pts = [(r["step"], r[k]) for r in diag_records if r.get(k) is not None]
-      ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=k.replace("/embed", ""))
-    ax.set_xlabel("training step")
-    ax.set_ylabel("RMS(scaled token emb.) / RMS(PE)")
-    ax.set_title("Token embedding to positional encoding ratio")
-    ax.legend(fontsize=7)
-    save(fig, "embed_posemb_ratio.png")
+def logit_variance_figure(attention: dict[str, dict[str, list[float]]], d_k: int) -> Any:
+  """Within-row Var(q.k) and Var(logits) per layer (mean over heads) against d_k and 1, the
+  values the variance argument predicts for unit-variance, independent q and k."""
+  labels = list(attention)
+  fig, axes = _figure(max(6.5, 1.1 * len(labels) + 3), 4.5)
+  ax = axes[0][0]
+  x = np.arange(len(labels))
+  for stat, label, marker in (("raw_var_within", "Var(q·k) within rows, before the scale", "o"),
+                              ("logit_var_within", "Var(logits) within rows, after it", "s")):
+    ax.plot(x, [_mean(attention[r][stat]) for r in labels], marker=marker, label=label)
+  ax.axhline(d_k, color="C0", linestyle="--", label=f"d_k = {d_k} (unit-variance q, k)")
+  ax.axhline(1.0, color="C1", linestyle=":", label="1 (unit variance)")
+  ax.set_yscale("log")
+  ax.set_xticks(x, [_short(r) for r in labels], rotation=20, ha="right")
+  ax.set_xlabel("layer and attention")
+  ax.set_ylabel("variance (mean over heads)")
+  ax.set_title(f"Attention logit variance against d_k (d_k = {d_k})")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  return fig
 
-  train = [(r["step"], r["loss"]) for r in records
-           if r["split"] == "train" and r.get("loss") is not None]
-  evals = [(r["step"], r["loss"]) for r in records
-           if r["split"] == "eval" and r.get("loss") is not None]
-  if train or evals:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for pts, label, marker in ((train, "train", None), (evals, "eval", "o")):
-      if pts:
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=label)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("loss (nats / token)")
-    ax.set_title("Loss curves")
-    ax.legend()
-    save(fig, "loss.png")
+
+def ratio_by_frequency_figure(embedding: dict[str, dict[str, Any]]) -> Any:
+  """RMS(scaled token embedding) / RMS(PE) per token-frequency quartile (0 = most frequent),
+  one group of bars per stack: `analyze`'s result['embedding']."""
+  stacks = [s for s in embedding if embedding[s].get("buckets")]
+  fig, axes = _figure(6.0, 4.0)
+  ax = axes[0][0]
+  width = 0.8 / max(1, len(stacks))
+  for i, stack in enumerate(stacks):
+    buckets = embedding[stack]["buckets"]
+    names = sorted(buckets, key=lambda b: int(b.split("_")[1]))
+    ax.bar(np.arange(len(names)) + i * width, [buckets[b].get("ratio", np.nan) for b in names],
+           width, label=f"{stack} (all tokens: {embedding[stack].get('ratio', np.nan):.3g})")
+    ax.set_xticks(np.arange(len(names)) + width * (len(stacks) - 1) / 2,
+                  [f"quartile {b.split('_')[1]}" for b in names])
+  ax.set_xlabel("token-frequency quartile (0 = most frequent)")
+  ax.set_ylabel("RMS(scaled token emb.) / RMS(PE)")
+  ax.set_title("Token / position balance by token frequency")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  return fig
+
+
+def _series(records: list[dict], split: str, key_filter) -> dict[str, list[tuple[int, float]]]:
+  out: dict[str, list[tuple[int, float]]] = {}
+  for r in records:
+    if r["split"] == split:
+      for k, v in r.items():
+        if key_filter(k) and isinstance(v, (int, float)):
+          out.setdefault(k, []).append((r["step"], v))
+  return out
+
+
+def _line_figure(series: dict[str, list[tuple[int, float]]], ylabel: str, title: str,
+                 reference: Optional[tuple[float, str]] = None) -> Any:
+  fig, axes = _figure(6.0, 4.0)
+  ax = axes[0][0]
+  for name, pts in series.items():
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name)
+  if reference is not None:
+    ax.axhline(reference[0], color="k", linestyle=":", label=reference[1])
+  ax.set_xlabel("training step")
+  ax.set_ylabel(ylabel)
+  ax.set_title(title)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+def ratio_over_training_figure(records: list[dict]) -> Optional[Any]:
+  """The token/PE ratio (all tokens and per frequency quartile) over training, from the
+  run's metrics.jsonl diagnostics records; None without any."""
+  series = _series(records, "diagnostics", lambda k: k.endswith("embed/ratio")
+                   or (k.endswith("/ratio") and "/bucket_" in k))
+  if not series:
+    return None
+  return _line_figure({k.replace("/embed", ""): v for k, v in sorted(series.items())},
+                      "RMS(scaled token emb.) / RMS(PE)",
+                      "Token embedding to positional encoding ratio")
+
+
+def log_z_figure(records: list[dict], vocab_size: int) -> Optional[Any]:
+  """The output's log Z (log-sum-exp of the logits, mean over valid positions) over training,
+  against log V, its value for all-zero logits; None without diagnostics records."""
+  series = _series(records, "diagnostics", lambda k: k == "output/log_z")
+  if not series:
+    return None
+  return _line_figure(series, "log Z (nats)", "Output log-partition over training",
+                      (math.log(vocab_size), f"log V = {math.log(vocab_size):.2f}"))
+
+
+def loss_figure(records: list[dict]) -> Optional[Any]:
+  """Train and eval loss over training; None without either."""
+  series = {split: pts["loss"] for split in ("train", "eval")
+            for pts in [_series(records, split, lambda k: k == "loss")] if "loss" in pts}
+  if not series:
+    return None
+  return _line_figure(series, "loss (nats / token)", "Loss curves")
+
+
+def _plots(plots_dir: str, result: dict[str, Any], records: list[dict]) -> list[str]:
+  """Writes the PNGs of `analyze`; returns their file names."""
+  attention, model = result["attention"], result["model"]
+  figures = {"attention_entropy.png": entropy_figure(attention) if attention else None,
+             "logit_variance.png": (logit_variance_figure(attention, result["d_k"])
+                                    if attention else None),
+             "embed_ratio_by_frequency.png": ratio_by_frequency_figure(result["embedding"]),
+             "embed_posemb_ratio.png": ratio_over_training_figure(records),
+             "log_z.png": log_z_figure(records, model["target_vocab_size"] or model["vocab_size"]),
+             "loss.png": loss_figure(records)}
+  written = []
+  for name, fig in figures.items():
+    if fig is not None:
+      save_figure(fig, os.path.join(plots_dir, name))
+      written.append(name)
   return written
 
 
@@ -255,7 +338,8 @@ def analyze(workdir: str, step: Optional[int] = None,
       "attention": attention,
       "output": {"log_z": diag["output/log_z"], "max_logit": diag["output/max_logit"]},
   }
-  result["plots"] = _plots(plots_dir, attention, records, model_config.qk_dim)
+  result["d_k"] = model_config.qk_dim
+  result["plots"] = _plots(plots_dir, result, records)
   with open(os.path.join(plots_dir, "analysis.json"), "w") as f:
     json.dump(_finite(checkpoint.to_json(result)), f, indent=2, allow_nan=False)
   with open(os.path.join(plots_dir, "analysis.md"), "w") as f:
@@ -271,12 +355,12 @@ def _token_label(tokenizer: Any, token: int) -> str:
   return tokenizer.decode([token]).strip() or f"#{token}"
 
 
-def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
-                         output: Optional[str] = None) -> dict[str, Any]:
-  """One figure of the attention weights of `text` in every layer and head (tokens on both
-  axes): the encoder's self-attention of a translation model (text = a source sentence), the
-  decoder's causal self-attention of a language model (text = a prompt). Written to `output`
-  (default WORKDIR/plots/attention_maps.png); returns {'path', 'panels', 'tokens'}."""
+def attention_maps_of_text(workdir: str, text: str,
+                           step: Optional[int] = None) -> dict[str, Any]:
+  """The attention weights of `text` in every layer and head of a checkpoint: the encoder's
+  self-attention of a translation model (text = a source sentence), the decoder's causal
+  self-attention of a language model (text = a prompt). Returns {'rows': [(name,
+  float[H, L, L])], 'tokens': L labels, 'stack', 'step', 'workdir', 'text'}."""
   loaded = loading.load(workdir, step)
   ids = loaded.tokenizer.encode(text)
   if not ids:
@@ -296,17 +380,16 @@ def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
                                                    {k: jnp.asarray(v) for k, v in batch.items()}))
   rows = [(name, w[0]) for name, w in maps.items()
           if name.startswith(f"{stack}/") and name.endswith("/self_attention")]
-  path = output or os.path.join(workdir, "plots", "attention_maps.png")
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  return {"rows": rows, "tokens": labels, "stack": stack, "step": loaded.step,
+          "workdir": workdir, "text": text}
 
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
 
+def attention_maps_figure(maps: dict[str, Any]) -> Any:
+  """One panel per layer and head of `attention_maps_of_text`'s weights, tokens on both axes."""
+  rows, labels, stack = maps["rows"], maps["tokens"], maps["stack"]
   heads, n = rows[0][1].shape[0], len(labels)
   size = max(2.6, 0.22 * n + 1.2)
-  fig, axes = plt.subplots(len(rows), heads, figsize=(size * heads + 1.2, size * len(rows)),
-                           squeeze=False)
+  fig, axes = _figure(size * heads + 1.2, size * len(rows), len(rows), heads)
   font = max(4, min(9, int(160 / n)))
   for r, (name, weights) in enumerate(rows):
     layer = diagnostics.parse_name(f"{name}/head_0/entropy").layer
@@ -320,10 +403,38 @@ def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
         ax.set_xlabel("key (attended to)", fontsize=8)
       if h == 0:
         ax.set_ylabel("query", fontsize=8)
-  run = os.path.basename(os.path.normpath(workdir))
+  run = os.path.basename(os.path.normpath(maps["workdir"]))
   run = run if len(run) <= 50 else run[:47] + "..."
-  fig.suptitle(f"Attention weights, {run} at step {loaded.step}: {text[:60]!r}", fontsize=10)
+  fig.suptitle(f"Attention weights, {run} at step {maps['step']}: {maps['text'][:60]!r}",
+               fontsize=10)
   fig.colorbar(image, ax=axes, fraction=0.02, label="attention weight")
-  fig.savefig(path, dpi=110, bbox_inches="tight")
-  plt.close(fig)
-  return {"path": path, "panels": len(rows) * heads, "tokens": labels}
+  return fig
+
+
+def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
+                         output: Optional[str] = None) -> dict[str, Any]:
+  """`attention_maps_figure` of `text`, written to `output` (default
+  WORKDIR/plots/attention_maps.png); returns {'path', 'panels', 'tokens'}."""
+  maps = attention_maps_of_text(workdir, text, step)
+  path = output or os.path.join(workdir, "plots", "attention_maps.png")
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  save_figure(attention_maps_figure(maps), path, bbox_inches="tight")
+  return {"path": path, "panels": len(maps["rows"]) * maps["rows"][0][1].shape[0],
+          "tokens": maps["tokens"]}
+
+
+def first_heldout_text(workdir: str, max_tokens: int = 16) -> str:
+  """The text of the first held-out example of a run's own data, for `attention_maps_of_text`:
+  its source sentence (translation) or its first `max_tokens` tokens (language model)."""
+  config = ml_collections.ConfigDict(checkpoint.read_config(workdir)["experiment"])
+  datasets = pipeline.get_datasets(config, workdir=workdir)
+  batch = next(iter(datasets.eval_batches()), None)
+  if batch is None:
+    raise ConfigError(f"The eval split of {workdir} yielded no batches; pass a text instead.")
+  key = "inputs" if "inputs" in batch else "targets"
+  ids = np.asarray(batch[key][0])
+  segments = batch.get(f"{key}_segmentation")
+  if segments is not None:
+    ids = ids[np.asarray(segments[0]) == np.asarray(segments[0])[0]]  # the first document
+  ids = [int(t) for t in ids if t not in (PAD_ID, EOS_ID)][:max_tokens]
+  return datasets.decode_ids(ids)
