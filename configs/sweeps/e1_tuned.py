@@ -49,6 +49,7 @@ def get_sweep() -> Sweep:
                # the ratio of the most and the least frequent quarter of the vocabulary
                "final/decoder/embed/bucket_0/ratio", "final/decoder/embed/bucket_3/ratio",
                # Question 3: the first attention's logits (within rows) and entropy deficit
+               "mean:init/decoder/layer_0/self_attention/head_*/logit_var",  # pooled, beside
                "mean:init/decoder/layer_0/self_attention/head_*/logit_var_within",
                "mean:final/decoder/layer_0/self_attention/head_*/logit_var_within",
                "mean:init/decoder/layer_0/self_attention/head_*/entropy_deficit",
