@@ -207,3 +207,27 @@ def test_bf16_compute_keeps_float32_params():
   assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(variables))
   logits = model.apply(variables, tokens(0, (1, 6)), tokens(1, (1, 5)))
   assert logits.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(logits, np.float32)))
+
+
+def test_post_ln_input_scale_acts_only_as_the_first_attention_temperature():
+  """findings.md's 2 x 2 reading of E1: in a bias-free post-LN model, multiplying the whole
+  input by c = 8 (the paper's sqrt(d).E + PE against pe_down's E + PE/8, same E) equals
+  multiplying the first attention's logits by c^2 = 64. With one head of d_k = 64,
+  attention_scale 'inv_dk' (1/64) on the paper's input gives the logits that 'none' gives on
+  pe_down's, and every later layer sees LN-normalised inputs: the outputs agree. (Both layers
+  use the same attention_scale, so the second layer would differ: one layer here.)"""
+  d = 64
+  base = ModelConfig.from_recipe("vaswani2017", vocab_size=V, d_model=d, num_heads=1, d_ff=64,
+                                 num_encoder_layers=0, num_decoder_layers=1, max_len=32,
+                                 dropout_rate=0.0, use_bias=False)
+  paper = base.replace(attention_scale="inv_dk")  # input 8 (E + PE/8), logits / 64
+  pe_down = base.replace(embed_scale="none", posemb_scale=d ** -0.5, attention_scale="none")
+  ids = tokens(7, (2, 12))
+  params = DecoderOnly(paper).init(jax.random.PRNGKey(0), ids)["params"]
+  out_paper = DecoderOnly(paper).apply({"params": params}, ids)
+  out_pe_down = DecoderOnly(pe_down).apply({"params": params}, ids)
+  np.testing.assert_allclose(out_paper, out_pe_down, rtol=2e-4, atol=2e-4)
+  # Without the matching temperature the two differ: the identity is not trivial.
+  out_plain = DecoderOnly(base.replace(embed_scale="none", posemb_scale=d ** -0.5)).apply(
+      {"params": params}, ids)
+  assert np.abs(np.asarray(out_paper) - np.asarray(out_plain)).max() > 1e-2
