@@ -213,3 +213,24 @@ def test_confirm_seeds_run_at_the_chosen_value_only_and_join_the_report():
     sweeps.check_sweep(tuned_sweep(confirm_seeds=(2, 3)))
   with pytest.raises(ValueError, match="need `tune`"):
     sweeps.check_sweep(tiny_sweep(confirm_seeds=(3,)))
+
+
+def test_stored_results_match_their_arm_whatever_the_key_order():
+  """result.json stores overrides with sorted keys; arms whose axes are not in alphabetical
+  order (here embed_scale before d_model) must still find their results."""
+  import json
+  sweep = tuned_sweep(axes=({"model.embed_scale": ["sqrt_d", "none"]}, {"model.d_model": [32]}))
+  results = []
+  for scale in ("sqrt_d", "none"):
+    for lr in (1e-3, 2e-3, 4e-3):
+      for seed in (0, 1, 2):
+        point = Point((("model.embed_scale", scale), ("model.d_model", 32), (LR, lr)), seed)
+        loss = 3.0 + 0.1 * math.log2(lr / 2e-3) ** 2
+        results.append(json.loads(json.dumps(
+            {"name": point.name, "group": point.group, "overrides": dict(point.overrides),
+             "seed": seed, "status": "ok", "metrics": {"eval/loss": loss, "test/loss": loss},
+             "curves": {}}, sort_keys=True)))
+  assert list(results[0]["overrides"]) == ["learning_rate", "model.d_model", "model.embed_scale"]
+  bests = sweeps.best_per_arm(sweep, results)
+  assert [(b.best, b.complete) for b in bests] == [(2e-3, True), (2e-3, True)]
+  assert not set(p.name for p in sweeps.tuning.points(sweep, results)) - {r["name"] for r in results}

@@ -78,12 +78,14 @@ def _by_value(sweep: Sweep, results: list[dict[str, Any]],
               seeds: Optional[Sequence[int]] = None) -> dict[str, dict[float, list[dict]]]:
   """{arm label: {tuned value: [results of `seeds` (default the sweep's seeds)]}}."""
   field, seeds = sweep.tuned_field, set(sweep.seeds if seeds is None else seeds)
+  # In the axes' order: result.json stores its overrides with sorted keys.
+  fields = [f for axis in sweep.axes for f in axis]
   out: dict[str, dict[float, list[dict]]] = {}
   for r in results:
     overrides = r["overrides"]
-    if field not in overrides or r["seed"] not in seeds:
+    if field not in overrides or r["seed"] not in seeds or set(overrides) != {*fields, field}:
       continue
-    arm = tuple((k, v) for k, v in overrides.items() if k != field)
+    arm = tuple((k, overrides[k]) for k in fields)
     out.setdefault(arm_label(arm), {}).setdefault(_round(overrides[field]), []).append(r)
   return out
 
