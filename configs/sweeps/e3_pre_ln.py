@@ -4,7 +4,7 @@ residual stream still carries the raw embedding sum; Takase et al. 2023 ("Spike 
 argue that the embedding's scale matters there for stability (loss and gradient spikes).
 norm_position='pre' x {no scale, sqrt(d) on the token, a norm on the summed input embedding
 (embed_norm)} x embedding init std {0.02, d^-0.5}, each arm at its own best learning rate,
-3 seeds; loss and gradient-norm spikes counted per 10-step window after warmup
+3 seeds (and 2 more at each chosen rate); loss and gradient-norm spikes counted per 10-step window after warmup
 (transformer.research.sweeps.stats.spike_stats: a step's loss 20% above the previous
 window's mean, a step's gradient norm over 4x the run's median).
   python scripts/sweep.py --config=configs/sweeps/e3_pre_ln.py --workdir=docs/sweeps/e3_pre_ln
@@ -26,6 +26,7 @@ def get_sweep() -> Sweep:
       fixed={"test_fraction": 0.02, "model.norm_position": "pre", "log_every_steps": 10},
       tune={"learning_rate": [5e-3, 1e-2, 2e-2]},  # 4e-2 only where an edge asks
       extend_edges=2,
+      confirm_seeds=(3, 4),  # 5 seeds at each chosen rate: some differences are small
       arm_names=("0.02,none", "0.02,sqrt_d", "0.02,embed_norm",
                  "inv_sqrt_d,none", "inv_sqrt_d,sqrt_d", "inv_sqrt_d,embed_norm"),
       metrics=("eval/loss", "test/loss", "spikes/loss", "spikes/loss_max_jump",
