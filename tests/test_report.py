@@ -52,3 +52,23 @@ def test_a_tuned_sweep_reports_each_arm_at_its_best_rate_and_paired_differences(
   assert [b.best for b in summary["bests"]] == [2e-3, 2e-3]
   plot = tmp_path / "plots" / "tuning_eval_loss_vs_learning_rate.png"
   assert plot.stat().st_size > 1000 and "](plots/tuning_eval_loss_vs_learning_rate.png)" in text
+
+
+def test_an_untuned_sweep_with_a_baseline_reports_paired_differences(tmp_path):
+  """E4's case: arms at fixed settings, compared with the first by seed all the same."""
+  sweep = tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2), metrics=("test/loss",),
+                     curves=(), baseline="head_dim=8", arm_names=("small", "large"))
+  for seed in (0, 1, 2):
+    for r in (fake_result(8, seed, {"test/loss": 3.0 + 0.1 * seed}),
+              fake_result(16, seed, {"test/loss": 3.3 + 0.11 * seed})):
+      os.makedirs(tmp_path / "points" / r["name"])
+      (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  sweeps.aggregate(sweep, str(tmp_path), command="CMD")
+  text = (tmp_path / "results.md").read_text()
+  assert "**small** = head_dim=8; **large** = head_dim=16" in text
+  # 16 - 8 = 0.30, 0.31, 0.32: mean 0.31, sd 0.01, t(0.975, 2) = 4.3027 (as for a tuned sweep).
+  assert "| large | small | +0.3100 | [+0.2852, +0.3348] | 3 | higher |" in text
+  # Without a baseline an untuned sweep's report has no such table.
+  sweeps.aggregate(tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2),
+                              metrics=("test/loss",), curves=()), str(tmp_path))
+  assert "Paired differences" not in (tmp_path / "results.md").read_text()

@@ -23,4 +23,7 @@ def get_sweep() -> Sweep:
              "diagnostics_every_steps": 250, "checkpoint_every_steps": 500},
       metrics=("eval/loss", "test/loss", "final/decoder/embed/ratio"),
       curves=("eval/loss", "diagnostics/decoder/embed/ratio"),
+      arm_names=("paper", "no_scale", "conv2"),
+      # Paired by seed against the paper, as E1 (same seeds: same data order and init draws).
+      baseline="embed_init_std=inv_sqrt_d,embed_scale=sqrt_d,logits_scale=none,learning_rate=0.01",
   )

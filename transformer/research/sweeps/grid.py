@@ -18,7 +18,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     at the chosen value (a held-out test split: config.test_fraction > 0)
   extend_edges      how many grid steps an arm's search may add beyond either end of `tune`
                     when its best value lies on the edge
-  baseline          the arm the others are compared with, paired by seed (default: the first)
+  baseline          the arm the others are compared with, paired by seed (default: the first;
+                    an untuned sweep compares its arms only when baseline or contrast is set)
   contrast          instead of one baseline: an axis field; each arm is compared with the arm
                     of the same other settings at that field's first value
   arm_names         optional short names of the arms, in grid order, for tables and legends
@@ -132,11 +133,11 @@ def check_sweep(sweep: Sweep) -> None:
       raise ConfigError(f"{field!r} is tuned, so it cannot also be fixed or an axis.")
     if len(values) < 2 or not all(isinstance(v, (int, float)) and v > 0 for v in values):
       raise ConfigError(f"tune[{field!r}]={values!r} needs at least two positive numbers.")
-    if sweep.contrast is not None and not any(sweep.contrast in a for a in sweep.axes):
-      raise ConfigError(f"contrast={sweep.contrast!r} is not a field of the sweep's axes.")
-    if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
-      raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
-                        f"{[arm_label(a) for a in arms(sweep)]}.")
+  if sweep.contrast is not None and not any(sweep.contrast in a for a in sweep.axes):
+    raise ConfigError(f"contrast={sweep.contrast!r} is not a field of the sweep's axes.")
+  if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
+    raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
+                      f"{[arm_label(a) for a in arms(sweep)]}.")
   if sweep.confirm_seeds and not sweep.tune:
     raise ConfigError("confirm_seeds are run at each arm's chosen value: they need `tune`.")
   if set(sweep.confirm_seeds) & set(sweep.seeds):

@@ -8,7 +8,8 @@ from typing import Any, Optional
 
 from transformer.errors import ConfigError
 from transformer.research.sweeps import tuning
-from transformer.research.sweeps.grid import POINTS_DIR, Sweep, format_value, short_name
+from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, format_value,
+                                              short_name)
 from transformer.research.sweeps.plots import curve_plots, fit_plot, tuning_plot
 from transformer.research.sweeps.stats import (cell, fit_slopes, load_results, mean_std,
                                                metric_value, ordered_groups)
@@ -57,6 +58,12 @@ def aggregate(sweep: Sweep, workdir: str,
     bests = tuning.best_per_arm(sweep, results)
     paired = tuning.paired_differences(sweep, bests)
     lines += _tuning_lines(sweep, bests, paired)
+  elif sweep.baseline or sweep.contrast:  # fixed settings, compared paired by seed all the same
+    paired = tuning.paired_differences(sweep, tuning.fixed_arms(sweep, results))
+    if sweep.arm_names:
+      lines += ["", "Arms: " + "; ".join(f"**{n}** = {arm_label(a)}"
+                                         for n, a in zip(sweep.arm_names, arms(sweep))) + "."]
+    lines += _paired_lines(sweep, paired, "each arm at its fixed settings")
     # Curves of each arm at its chosen value only: the whole grid would be unreadable.
     chosen = {f"{b.arm},{short_name(sweep.tuned_field)}={format_value(b.best)}".removeprefix("base,")
               for b in bests if b.best is not None}
@@ -109,14 +116,19 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
     best = "-" if b.best is None else format_value(b.best) + flag
     lines.append(f"| {b.name} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
                  f"{b.report[2]} |")
-  if paired:
-    lines += ["", f"Paired differences of {sweep.report}, arm minus baseline, each at its own "
-              "best value, by seed: mean and 95% t-interval. 'not settled': the interval "
-              "holds 0.", "",
-              "| arm | baseline | difference | 95% interval | seeds | verdict |",
-              "|---|---|---|---|---|---|"]
-    for p in paired:
-      interval = (f"[{p.low:+.4f}, {p.high:+.4f}]" if p.seeds > 1 and p.low == p.low else "-")
-      lines.append(f"| {p.arm} | {p.baseline} | {p.mean:+.4f} | {interval} | {p.seeds} | "
-                   f"{p.verdict} |")
+  return lines + _paired_lines(sweep, paired, "each at its own best value")
+
+
+def _paired_lines(sweep: Sweep, paired: list[tuning.Paired], how: str) -> list[str]:
+  """The table of paired differences (none: no lines)."""
+  if not paired:
+    return []
+  lines = ["", f"Paired differences of {sweep.report}, arm minus baseline, {how}, by seed: "
+           "mean and 95% t-interval. 'not settled': the interval holds 0.", "",
+           "| arm | baseline | difference | 95% interval | seeds | verdict |",
+           "|---|---|---|---|---|---|"]
+  for p in paired:
+    interval = (f"[{p.low:+.4f}, {p.high:+.4f}]" if p.seeds > 1 and p.low == p.low else "-")
+    lines.append(f"| {p.arm} | {p.baseline} | {p.mean:+.4f} | {interval} | {p.seeds} | "
+                 f"{p.verdict} |")
   return lines

@@ -163,6 +163,29 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   return out
 
 
+def fixed_arms(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
+  """An untuned sweep's arms in the form of `best_per_arm` (nothing searched): sweep.report by
+  seed of each arm's finished runs, for `paired_differences` against sweep.baseline or within
+  sweep.contrast."""
+  fields = [f for axis in sweep.axes for f in axis]
+  by_arm: dict[str, list[dict]] = {}
+  for r in results:
+    if r["status"] == "ok" and set(r["overrides"]) == set(fields) and r["seed"] in sweep.seeds:
+      by_arm.setdefault(arm_label(tuple((k, r["overrides"][k]) for k in fields)), []).append(r)
+  names = dict(zip([arm_label(a) for a in arms(sweep)], sweep.arm_names))
+  out = []
+  for arm in arms(sweep):
+    label = arm_label(arm)
+    members = by_arm.get(label, [])
+    by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in members}
+    select = mean_std([metric_value(r["metrics"], sweep.select) for r in members])
+    out.append(ArmBest(arm=label, overrides=arm, name=names.get(label, label), searched=(),
+                       best=None, on_edge=False, complete=len(members) == len(sweep.seeds),
+                       select=select, report=mean_std(list(by_seed.values())),
+                       report_by_seed=by_seed, curve=()))
+  return out
+
+
 def t_interval(differences: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
   """(mean, low, high): the two-sided t-interval of the mean of paired differences."""
   d = np.asarray(differences, np.float64)
@@ -191,7 +214,7 @@ def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
   out = []
   for b in bests:
     base = _baselines(sweep, bests).get(b.arm) if bests else None
-    if base is None or base is b or b.best is None or base.best is None:
+    if base is None or base is b or (sweep.tune and (b.best is None or base.best is None)):
       continue
     seeds = sorted(set(b.report_by_seed) & set(base.report_by_seed))
     diffs = [b.report_by_seed[s] - base.report_by_seed[s] for s in seeds]
