@@ -171,6 +171,32 @@ def test_a_contrast_compares_within_each_setting_of_the_other_axes():
     sweeps.check_sweep(tuned_sweep(contrast="model.d_model"))
 
 
+def test_a_contrast_on_a_zipped_axis_compares_with_its_first_setting():
+  """E3's case: the axis {embed_scale, embed_norm} moves together (none/False, sqrt_d/False,
+  none/True); each setting is compared with none/False at the same d_model, not with itself."""
+  sweep = tuned_sweep(axes=({"model.d_model": [32, 64]},
+                            {"model.embed_scale": ["none", "sqrt_d", "none"],
+                             "model.embed_norm": [False, False, True]}),
+                      contrast="model.embed_scale")
+  results = []
+  for d in (32, 64):
+    for scale, norm, gap in (("none", False, 0.0), ("sqrt_d", False, -0.2), ("none", True, 0.1)):
+      for lr in (1e-3, 2e-3, 4e-3):
+        for seed in (0, 1, 2):
+          point = Point((("model.d_model", d), ("model.embed_scale", scale),
+                         ("model.embed_norm", norm), (LR, lr)), seed)
+          loss = 3.0 + abs(math.log2(lr / 2e-3)) + gap + (0.001 * seed if gap else 0)
+          results.append({"name": point.name, "group": point.group,
+                          "overrides": dict(point.overrides), "seed": seed, "status": "ok",
+                          "metrics": {"eval/loss": loss, "test/loss": loss}, "curves": {}})
+  paired = sweeps.paired_differences(sweep, sweeps.best_per_arm(sweep, results))
+  base = "d_model={d},embed_scale=none,embed_norm=False"
+  assert [(p.arm, p.baseline) for p in paired] == [
+      (f"d_model={d},embed_scale={s},embed_norm={n}", base.format(d=d))
+      for d in (32, 64) for s, n in (("sqrt_d", False), ("none", True))]
+  assert [p.mean for p in paired] == pytest.approx([-0.199, 0.101] * 2)
+
+
 def test_arm_names_label_tables_and_differences():
   sweep = tuned_sweep(arm_names=("paper", "none"))
   results = [bowl(s, lr, seed, 2e-3) for s in ("sqrt_d", "none") for lr in (1e-3, 2e-3, 4e-3)

@@ -27,6 +27,7 @@ def get_sweep() -> Sweep:
       tune={"learning_rate": [5e-3, 1e-2, 2e-2]},  # 4e-2 only where an edge asks
       extend_edges=2,
       confirm_seeds=(3, 4),  # 5 seeds at each chosen rate: some differences are small
+      contrast="model.embed_scale",  # sqrt(d) and embed_norm against no scale, at each init
       arm_names=("0.02,none", "0.02,sqrt_d", "0.02,embed_norm",
                  "inv_sqrt_d,none", "inv_sqrt_d,sqrt_d", "inv_sqrt_d,embed_norm"),
       metrics=("eval/loss", "test/loss", "spikes/loss", "spikes/loss_max_jump",

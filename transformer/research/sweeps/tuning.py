@@ -198,12 +198,15 @@ def t_interval(differences: Sequence[float], confidence: float = 0.95) -> tuple[
 
 
 def _baselines(sweep: Sweep, bests: list[ArmBest]) -> dict[str, ArmBest]:
-  """{arm: the arm it is compared with}: with sweep.contrast, the arm of the same other
-  settings at the contrast field's first value; else sweep.baseline (default the first arm)."""
+  """{arm: the arm it is compared with}: with sweep.contrast, the arm of the same settings on
+  the other axes at the first setting of the contrast field's axis (all of that axis's fields,
+  which move together); else sweep.baseline (default the first arm)."""
   if sweep.contrast:
-    first = next(a[sweep.contrast][0] for a in sweep.axes if sweep.contrast in a)
-    others = lambda b: tuple(kv for kv in b.overrides if kv[0] != sweep.contrast)  # noqa: E731
-    ref = {others(b): b for b in bests if dict(b.overrides)[sweep.contrast] == first}
+    axis = next(a for a in sweep.axes if sweep.contrast in a)
+    first = {f: values[0] for f, values in axis.items()}
+    others = lambda b: tuple(kv for kv in b.overrides if kv[0] not in axis)  # noqa: E731
+    ref = {others(b): b for b in bests
+           if all(dict(b.overrides)[f] == v for f, v in first.items())}
     return {b.arm: ref[others(b)] for b in bests if others(b) in ref}
   base = next(b for b in bests if b.arm == (sweep.baseline or bests[0].arm))
   return {b.arm: base for b in bests}
