@@ -52,3 +52,11 @@ def test_spike_stats_against_hand_counts():
   assert out["spikes/loss"] == 1 and out["spikes/loss_max_jump"] == pytest.approx(4.5 / 3.5 - 1)
   assert out["spikes/grad_norm"] == 1 and out["spikes/grad_norm_max_ratio"] == pytest.approx(5.0)
   assert stats.spike_stats({"train/loss": [[10, 1.0]]}, 0) == {}
+
+
+def test_ordered_groups_keep_a_groups_first_place_in_the_grid():
+  """A tuned sweep's confirm_seeds repeat a group after the whole grid; its rows stay in place."""
+  points = [Point((("model.head_dim", h),), s) for h in (8, 16) for s in (0, 1)]
+  points += [Point((("model.head_dim", 8),), 3)]  # a confirming seed of the first group
+  results = [fake_result(h, s, {}) for h, s in ((16, 0), (8, 3), (8, 0))]
+  assert list(stats.ordered_groups(points, results)) == ["head_dim=8", "head_dim=16"]

@@ -45,7 +45,9 @@ def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
 
 def ordered_groups(points: Sequence[Point], results: list[dict[str, Any]]):
   """{group: [results]} in the order of `points` (the sweep's grid); others last."""
-  order = {p.group: i for i, p in enumerate(points)}
+  order: dict[str, int] = {}
+  for i, p in enumerate(points):
+    order.setdefault(p.group, i)  # a group's first point: confirm_seeds come after the grid
   groups: dict[str, list[dict[str, Any]]] = {}
   for r in sorted(results, key=lambda r: (order.get(r["group"], len(order)), r["seed"])):
     groups.setdefault(r["group"], []).append(r)
