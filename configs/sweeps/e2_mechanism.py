@@ -24,6 +24,7 @@ def get_sweep() -> Sweep:
             {"model.embed_scale": ["sqrt_d", "none"]}),
       fixed={"test_fraction": 0.02},
       tune={"learning_rate": [5e-3, 1e-2, 2e-2]},
+      confirm_seeds=(3, 4),  # 5 seeds at each chosen rate, where differences are read
       extend_edges=2,
       contrast="model.embed_scale",  # no scale against sqrt(d), at each init and tying
       metrics=("eval/loss", "test/loss", "init/decoder/embed/ratio", "final/decoder/embed/ratio",

@@ -17,6 +17,7 @@ def get_sweep() -> Sweep:
       axes=({"model.posemb_scale": [1.0, 0.125, 0.25, 0.5, 2.0, 4.0, 8.0]},),
       fixed={"test_fraction": 0.02},
       tune={"learning_rate": [5e-3, 1e-2, 2e-2]},
+      confirm_seeds=(3, 4),  # 5 seeds at each chosen rate, where differences are read
       extend_edges=2,
       metrics=("eval/loss", "test/loss", "init/decoder/embed/ratio", "final/decoder/embed/ratio"),
       curves=("eval/loss",),

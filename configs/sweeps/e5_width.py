@@ -19,6 +19,7 @@ def get_sweep() -> Sweep:
             {"model.embed_scale": ["sqrt_d", "none"]}),
       fixed={"test_fraction": 0.02},
       tune={"learning_rate": [2.5e-3, 5e-3, 1e-2, 2e-2]},
+      confirm_seeds=(3, 4),  # 5 seeds at each chosen rate, where differences are read
       contrast="model.embed_scale",  # no scale against the paper at each width
       metrics=("eval/loss", "test/loss", "final/decoder/embed/ratio"),
       curves=("eval/loss",),

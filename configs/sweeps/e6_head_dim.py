@@ -26,6 +26,7 @@ def get_sweep() -> Sweep:
             {"model.attention_scale": ["inv_sqrt_dk", "inv_dk"]}),
       fixed={"test_fraction": 0.02},
       tune={"learning_rate": [5e-3, 1e-2, 2e-2]},
+      confirm_seeds=(3, 4),  # 5 seeds at each chosen rate, where differences are read
       extend_edges=1,
       metrics=("eval/loss", "test/loss",
                "mean:init/decoder/layer_0/self_attention/head_*/qk_var_over_dk_within",
