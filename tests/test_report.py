@@ -72,3 +72,32 @@ def test_an_untuned_sweep_with_a_baseline_reports_paired_differences(tmp_path):
   sweeps.aggregate(tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2),
                               metrics=("test/loss",), curves=()), str(tmp_path))
   assert "Paired differences" not in (tmp_path / "results.md").read_text()
+
+
+def test_curves_show_each_arm_at_its_chosen_rate_and_every_arm_of_an_untuned_sweep(
+    tmp_path, monkeypatch):
+  """The curve plots get a tuned sweep's chosen groups only (the whole grid is unreadable),
+  and every group of an untuned sweep, baseline or not."""
+  from test_tuning import result, tuned_sweep
+  from transformer.research.sweeps import report
+  drawn = []
+  monkeypatch.setattr(report, "curve_plots", lambda sweep, groups, workdir: drawn.append(
+      sorted(groups)) or [])
+  tuned = tmp_path / "tuned"
+  for seed in (0, 1, 2):
+    for lr in (1e-3, 2e-3, 4e-3):
+      for scale in ("sqrt_d", "none"):
+        r = result(scale, lr, seed, 3.0 + abs(math.log2(lr / 2e-3)))
+        os.makedirs(tuned / "points" / r["name"])
+        (tuned / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  sweeps.aggregate(tuned_sweep(metrics=("eval/loss",)), str(tuned))
+  assert drawn[-1] == ["embed_scale=none,learning_rate=0.002",
+                       "embed_scale=sqrt_d,learning_rate=0.002"]
+  fixed = tmp_path / "fixed"
+  for seed in (0, 1, 2):
+    for r in (fake_result(8, seed, {"test/loss": 3.0}), fake_result(16, seed, {"test/loss": 3.1})):
+      os.makedirs(fixed / "points" / r["name"])
+      (fixed / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  sweeps.aggregate(tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2),
+                              metrics=("test/loss",), baseline="head_dim=8"), str(fixed))
+  assert drawn[-1] == ["head_dim=16", "head_dim=8"]

@@ -58,16 +58,16 @@ def aggregate(sweep: Sweep, workdir: str,
     bests = tuning.best_per_arm(sweep, results)
     paired = tuning.paired_differences(sweep, bests)
     lines += _tuning_lines(sweep, bests, paired)
+    # Curves of each arm at its chosen value only: the whole grid would be unreadable.
+    chosen = {f"{b.arm},{short_name(sweep.tuned_field)}={format_value(b.best)}".removeprefix("base,")
+              for b in bests if b.best is not None}
+    curve_groups = {g: m for g, m in groups.items() if g in chosen}
   elif sweep.baseline or sweep.contrast:  # fixed settings, compared paired by seed all the same
     paired = tuning.paired_differences(sweep, tuning.fixed_arms(sweep, results))
     if sweep.arm_names:
       lines += ["", "Arms: " + "; ".join(f"**{n}** = {arm_label(a)}"
                                          for n, a in zip(sweep.arm_names, arms(sweep))) + "."]
     lines += _paired_lines(sweep, paired, "each arm at its fixed settings")
-    # Curves of each arm at its chosen value only: the whole grid would be unreadable.
-    chosen = {f"{b.arm},{short_name(sweep.tuned_field)}={format_value(b.best)}".removeprefix("base,")
-              for b in bests if b.best is not None}
-    curve_groups = {g: m for g, m in groups.items() if g in chosen}
   plots = curve_plots(sweep, curve_groups, workdir)
   if bests:
     plots.append(tuning_plot(sweep, bests, os.path.join(workdir, "plots")))
