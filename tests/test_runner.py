@@ -140,3 +140,19 @@ def test_a_tuned_sweep_runs_the_grid_then_extends_an_edge(tmp_path, monkeypatch)
   assert [(b.best, b.on_edge, b.complete) for b in bests] == [(2e-3, False, True),
                                                               (4e-3, False, True)]
   assert bests[1].report[0] == pytest.approx(3.055)
+
+
+def test_seeds_given_on_the_command_line_are_checked_against_confirm_seeds(tmp_path):
+  """--seeds=0,3 on a sweep confirming with seed 3 would name two points alike: one line."""
+  path = tmp_path / "s.py"
+  path.write_text(
+      "from transformer.research.sweeps import Sweep\n"
+      "def get_sweep():\n"
+      f"  return Sweep(name='t', question='q?', base={os.path.join(REPO, 'configs/default.py')!r},\n"
+      "               axes=({'model.embed_scale': ['sqrt_d', 'none']},), seeds=(0, 1, 2),\n"
+      "               tune={'learning_rate': [1e-3, 2e-3]}, confirm_seeds=(3, 4))\n")
+  with pytest.raises(ValueError, match="repeat seeds"):
+    sweeps.run_command(str(path), str(tmp_path / "w"), seeds=["0", "3"], print_launch=True)
+  lines = sweeps.run_command(str(path), str(tmp_path / "w"), seeds=["0", "1"],
+                             print_launch=True).splitlines()
+  assert len(lines) == 2 * 2 * 2 + 1  # arms x rates x seeds, then the aggregation command

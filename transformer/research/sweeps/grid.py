@@ -21,7 +21,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   baseline          the arm the others are compared with, paired by seed (default: the first;
                     an untuned sweep compares its arms only when baseline or contrast is set)
   contrast          instead of one baseline: an axis field; each arm is compared with the arm
-                    of the same other settings at that field's first value
+                    of the same settings on the other axes at the first setting of that
+                    field's axis (all the fields that move with it)
   arm_names         optional short names of the arms, in grid order, for tables and legends
   confirm_seeds     optional seeds run only at each arm's chosen value once its search is
                     complete: they join the reported figure and the paired differences, while

@@ -201,6 +201,7 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
   sweep = load_sweep(config_path)
   if seeds:
     sweep = dataclasses.replace(sweep, seeds=tuple(int(s) for s in seeds))
+    check_sweep(sweep)  # e.g. --seeds that repeat the sweep's confirm_seeds: one line
   if print_launch:
     return "\n".join(launch_lines(sweep, config_path, workdir))
   if not aggregate_only:
