@@ -101,3 +101,27 @@ def test_curves_show_each_arm_at_its_chosen_rate_and_every_arm_of_an_untuned_swe
   sweeps.aggregate(tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2),
                               metrics=("test/loss",), baseline="head_dim=8"), str(fixed))
   assert drawn[-1] == ["head_dim=16", "head_dim=8"]
+
+
+def test_also_report_gives_a_second_metric_at_the_same_choices_with_its_own_differences(
+    tmp_path):
+  """Translation reports test NLL and test BLEU of each arm at the rate chosen on validation
+  NLL: BLEU is read at the same choices, not chosen again."""
+  from test_tuning import result, tuned_sweep
+  for seed in (0, 1, 2):
+    for lr in (1e-3, 2e-3, 4e-3):
+      for scale, best, bleu in (("sqrt_d", 2e-3, 20.0), ("none", 4e-3, 18.0)):
+        r = result(scale, lr, seed, 3.0 + abs(math.log2(lr / best)) + 0.01 * seed)
+        # BLEU highest at 1e-3 for both arms: never the chosen rate, so never reported.
+        r["metrics"]["test/bleu"] = bleu + seed + (50.0 if lr == 1e-3 else 0.0)
+        os.makedirs(tmp_path / "points" / r["name"])
+        (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  sweep = tuned_sweep(metrics=("eval/loss",), curves=(), also_report=("test/bleu",))
+  sweeps.aggregate(sweep, str(tmp_path))
+  text = (tmp_path / "results.md").read_text()
+  bleu = text[text.index("### test/bleu"):]
+  assert "| embed_scale=sqrt_d | 21.000 ± 1.000 | 3 |" in bleu
+  assert "| embed_scale=none | 19.000 ± 1.000 | 3 |" in bleu
+  # none - sqrt_d = -2 at every seed: no spread, the interval is the point.
+  assert "| embed_scale=none | embed_scale=sqrt_d | -2.0000 | [-2.0000, -2.0000] | 3 | lower |" \
+      in bleu

@@ -156,3 +156,37 @@ def test_seeds_given_on_the_command_line_are_checked_against_confirm_seeds(tmp_p
   lines = sweeps.run_command(str(path), str(tmp_path / "w"), seeds=["0", "1"],
                              print_launch=True).splitlines()
   assert len(lines) == 2 * 2 * 2 + 1  # arms x rates x seeds, then the aggregation command
+
+
+def test_a_translation_point_records_test_bleu_and_encoder_diagnostics(tmp_path):
+  """configs/translate_tiny.py shrunk, on a TSV written here: the point's result holds the
+  validation and test BLEU with sacrebleu's signature, and the encoder's input and first
+  self-attention diagnostics beside the decoder's (what the translation sweep reports)."""
+  words = ["red", "blue", "green", "cat", "dog", "house", "tree", "car", "book", "door"]
+  german = ["rot", "blau", "grün", "Katze", "Hund", "Haus", "Baum", "Auto", "Buch", "Tür"]
+  lines = [f"{words[i % 10]} {words[(i // 10) % 10]} {i}\t{german[i % 10]} "
+           f"{german[(i // 10) % 10]} {i}" for i in range(100)]
+  tsv = tmp_path / "pairs.tsv"
+  tsv.write_text("\n".join(lines) + "\n")
+  sweep = sweeps.Sweep(
+      name="t", question="q?", base=os.path.join(REPO, "configs/translate_tiny.py"),
+      axes=({"model.embed_scale": ["sqrt_d"]},), seeds=(0,),
+      fixed={"data_files": str(tsv), "tfds_data_dir": str(tmp_path / "tfds"),
+             "tokenizer.kind": "bytes", "model.d_model": 32, "model.d_ff": 64,
+             "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "batch_size": 8,
+             "max_len": 32, "num_train_steps": 2, "log_every_steps": 1, "eval_every_steps": 2,
+             "bleu_every_steps": 2, "diagnostics_every_steps": 1,
+             "checkpoint_every_steps": 2, "async_checkpoints": False,
+             "eval_fraction": 0.1, "test_fraction": 0.1})
+  [point] = sweeps.expand(sweep)
+  result = sweeps.run_point(sweep, str(tmp_path / "w"), point)
+  metrics = result["metrics"]
+  assert result["status"] == "ok" and result["bleu_signature"].startswith("nrefs:1|")
+  assert 0 <= metrics["decode/bleu"] <= 100 and 0 <= metrics["test/bleu"] <= 100
+  assert metrics["test/num_examples"] == 10  # 10% of 100 pairs, decoded once each
+  for stack in ("encoder", "decoder"):
+    assert metrics[f"init/{stack}/embed/ratio"] > 0
+    for stat in ("logit_var_within", "entropy_deficit", "entropy_uniform"):
+      value = sweeps.metric_value(
+          metrics, f"mean:final/{stack}/layer_0/self_attention/head_*/{stat}")
+      assert math.isfinite(value), (stack, stat)

@@ -28,15 +28,17 @@ EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, referen
 
 
 def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,
-                      mesh: jax.sharding.Mesh,
-                      config: DecodeConfig = DecodeConfig()) -> evaluation.DecodedSplit:
-  """`evaluation.decode_split` over `datasets.eval_batches()` on a mesh (any process count).
+                      mesh: jax.sharding.Mesh, config: DecodeConfig = DecodeConfig(), *,
+                      split: str = "eval") -> evaluation.DecodedSplit:
+  """`evaluation.decode_split` over `datasets.eval_batches()` (split 'eval') or
+  `datasets.test_batches()` (split 'test') on a mesh (any process count).
 
   Each process places its rows of each global batch; every process gets the whole batch's
   outputs back, so each computes the same corpus BLEU.
   """
+  batches = {"eval": datasets.eval_batches, "test": datasets.test_batches}[split]()
   return evaluation.decode_split(
-      model, params, datasets.eval_batches(), datasets.decode_ids, config,
+      model, params, batches, datasets.decode_ids, config,
       place=lambda b: sharding.global_batch(b, mesh),
       fetch=lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)))
 

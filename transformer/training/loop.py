@@ -221,6 +221,13 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         writer.write(step, "decode", final["decode"])
         writer.write_text(step, "decode/examples", examples)
         logging.info("step %d decode %s\n%s", step, final["decode"], examples)
+        if is_last and "test" in final:  # the reported BLEU: the test split's, once
+          decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh, split="test")
+          final["test"].update(decoded.metrics())
+          final["bleu_signature"] = decoded.bleu.signature
+          writer.write(step, "test", decoded.metrics())
+          logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
+                       final["bleu_signature"])
         timer = time.perf_counter()
       if step % config.checkpoint_every_steps == 0 or is_last:
         ckpt.save(step, state, data_iter=train_iter, config=resolved)

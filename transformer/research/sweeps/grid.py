@@ -16,6 +16,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     searched separately for every arm (setting of the axes); see tuning.py
   select, report    the metric a tuned value is chosen on (validation) and the one reported
                     at the chosen value (a held-out test split: config.test_fraction > 0)
+  also_report       optional further metrics reported like `report` (each arm at the value
+                    chosen on `select`), each with its own paired differences (test/bleu)
   extend_edges      how many grid steps an arm's search may add beyond either end of `tune`
                     when its best value lies on the edge
   baseline          the arm the others are compared with, paired by seed (default: the first;
@@ -65,6 +67,7 @@ class Sweep:
   tune: dict[str, list[float]] = dataclasses.field(default_factory=dict)
   select: str = "eval/loss"
   report: str = "test/loss"
+  also_report: tuple[str, ...] = ()
   extend_edges: int = 3
   baseline: Optional[str] = None
   contrast: Optional[str] = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from typing import Any, Optional
 
@@ -58,6 +59,10 @@ def aggregate(sweep: Sweep, workdir: str,
     bests = tuning.best_per_arm(sweep, results)
     paired = tuning.paired_differences(sweep, bests)
     lines += _tuning_lines(sweep, bests, paired)
+    for metric in sweep.also_report:  # the same choices, another reported metric
+      other = dataclasses.replace(sweep, report=metric)
+      lines += _also_lines(other, tuning.best_per_arm(other, results),
+                           "each at its own best value")
     # Curves of each arm at its chosen value only: the whole grid would be unreadable.
     chosen = {f"{b.arm},{short_name(sweep.tuned_field)}={format_value(b.best)}".removeprefix("base,")
               for b in bests if b.best is not None}
@@ -68,6 +73,10 @@ def aggregate(sweep: Sweep, workdir: str,
       lines += ["", "Arms: " + "; ".join(f"**{n}** = {arm_label(a)}"
                                          for n, a in zip(sweep.arm_names, arms(sweep))) + "."]
     lines += _paired_lines(sweep, paired, "each arm at its fixed settings")
+    for metric in sweep.also_report:
+      other = dataclasses.replace(sweep, report=metric)
+      lines += _also_lines(other, tuning.fixed_arms(other, results),
+                           "each arm at its fixed settings")
   plots = curve_plots(sweep, curve_groups, workdir)
   if bests:
     plots.append(tuning_plot(sweep, bests, os.path.join(workdir, "plots")))
@@ -117,6 +126,13 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
     lines.append(f"| {b.name} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
                  f"{b.report[2]} |")
   return lines + _paired_lines(sweep, paired, "each at its own best value")
+
+
+def _also_lines(sweep: Sweep, bests: list[tuning.ArmBest], how: str) -> list[str]:
+  """sweep.report of each arm (at its chosen value when tuned) and its paired differences."""
+  lines = ["", f"### {sweep.report}", "", f"| arm | {sweep.report} | seeds |", "|---|---|---|"]
+  lines += [f"| {b.name} | {cell(*b.report)} | {b.report[2]} |" for b in bests]
+  return lines + _paired_lines(sweep, tuning.paired_differences(sweep, bests), how)
 
 
 def _paired_lines(sweep: Sweep, paired: list[tuning.Paired], how: str) -> list[str]:

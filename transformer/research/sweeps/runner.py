@@ -2,7 +2,8 @@
 written last (so a point with one is finished and an interrupted sweep resumes where it
 stopped; an unfinished point resumes from its own checkpoints).
 
-Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split),
+Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split;
+'decode/bleu' and 'test/bleu' when a seq2seq run scores BLEU),
 'init/*' and 'final/*' (the first and last diagnostics records), 'spikes/*'
 (stats.spike_stats), 'length_{f}x/loss', 'status' ('ok' or 'diverged').
 A point being run holds a lock (`filelock`, released by the OS if its process dies), so
@@ -100,6 +101,8 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   try:
     final = loop.train_and_evaluate(config, run_dir)
     result.update(status="ok", step=final.get("step"))
+    if final.get("bleu_signature"):  # sacrebleu's, for the report to print beside test/bleu
+      result["bleu_signature"] = final["bleu_signature"]
     if final.get("stopped_by"):  # unfinished: recording it would end the point early
       result.update(status="stopped", stopped_by=final["stopped_by"],
                     seconds=time.perf_counter() - start)
@@ -109,7 +112,7 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
     final = {}
   series = _series(run_dir)
   metrics: dict[str, Any] = {}
-  for split in ("train", "eval", "test"):
+  for split in ("train", "eval", "test", "decode"):  # decode: the eval split's BLEU
     for k, v in final.get(split, {}).items():
       metrics[f"{split}/{k}"] = v
   diag = {k: v for k, v in series.items() if k.startswith("diagnostics/")}
