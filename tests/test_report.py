@@ -125,3 +125,28 @@ def test_also_report_gives_a_second_metric_at_the_same_choices_with_its_own_diff
   # none - sqrt_d = -2 at every seed: no spread, the interval is the point.
   assert "| embed_scale=none | embed_scale=sqrt_d | -2.0000 | [-2.0000, -2.0000] | 3 | lower |" \
       in bleu
+
+
+def test_a_tuned_sweeps_fit_reads_each_arm_at_its_chosen_rate(tmp_path):
+  """Head dims 8 and 16, each best at another rate: the fit joins the chosen points (y = x
+  there, slope 1) and never the others (y = 100 there)."""
+  from test_grid import tiny_sweep
+  sweep = tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1), metrics=("v",),
+                     curves=(), tune={"learning_rate": [1e-3, 2e-3, 4e-3]}, select="eval/loss",
+                     report="test/loss", fits=({"x": "model.head_dim", "y": "v"},))
+  best = {8: 2e-3, 16: 1e-3}
+  for dk in (8, 16):
+    for lr in (1e-3, 2e-3, 4e-3, 5e-4):
+      for seed in (0, 1):
+        loss = 3.0 + abs(math.log2(lr / best[dk]))
+        point = sweeps.Point((("model.head_dim", dk), ("learning_rate", lr)), seed)
+        r = {"name": point.name, "group": point.group, "overrides": dict(point.overrides),
+             "seed": seed, "status": "ok", "curves": {},
+             "metrics": {"eval/loss": loss, "test/loss": loss, "v": dk if lr == best[dk] else 100.0}}
+        os.makedirs(tmp_path / "points" / r["name"])
+        (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  summary = sweeps.aggregate(sweep, str(tmp_path))
+  assert [b.best for b in summary["bests"]] == [2e-3, 1e-3]
+  mean, std, n = summary["fits"]["v vs model.head_dim"]["all"]
+  assert n == 2 and mean == pytest.approx(1.0) and std == pytest.approx(0.0, abs=1e-9)
+  assert "per seed, each arm at its chosen learning_rate" in (tmp_path / "results.md").read_text()

@@ -31,6 +31,30 @@ def test_fit_slopes_recovers_a_power_law():
   assert n == 2 and mean == pytest.approx(2.0) and std == pytest.approx(0.0, abs=1e-9)
 
 
+def test_a_difference_spec_subtracts_two_metrics():
+  m = {"final/head_0/v": 5.0, "final/head_1/v": 7.0, "init/head_0/v": 1.0, "init/head_1/v": 2.0}
+  assert sweeps.metric_value(m, "mean:final/head_*/v - mean:init/head_*/v") == 6.0 - 1.5
+  assert math.isnan(sweeps.metric_value(m, "final/head_0/v - missing"))
+
+
+def test_fields_moving_with_x_belong_to_x_not_to_the_other_settings():
+  """Heads and head_dim zipped on one axis (d_k = d_model / heads): one fit over the head
+  dims per setting of the other axis, not one group per head count."""
+  sweep = tiny_sweep(axes=({"model.num_heads": [4, 2, 1], "model.head_dim": [8, 16, 32]},
+                           {"model.embed_scale": ["sqrt_d", "none"]}), seeds=(0,))
+  results = []
+  for heads, dk in ((4, 8), (2, 16), (1, 32)):
+    for scale, power in (("sqrt_d", 1.0), ("none", 0.5)):
+      point = Point((("model.num_heads", heads), ("model.head_dim", dk),
+                     ("model.embed_scale", scale)), 0)
+      results.append({"name": point.name, "group": point.group, "overrides": dict(point.overrides),
+                      "seed": 0, "status": "ok", "metrics": {"y": 3.0 * dk ** power}})
+  slopes = sweeps.fit_slopes(sweep, results, "model.head_dim", "y")
+  assert set(slopes) == {"embed_scale=sqrt_d", "embed_scale=none"}
+  assert slopes["embed_scale=sqrt_d"][0] == pytest.approx(1.0)
+  assert slopes["embed_scale=none"][0] == pytest.approx(0.5)
+
+
 def test_mean_std_ignores_diverged_values_and_cells_keep_significant_digits():
   assert stats.mean_std([1.0, 3.0, float("nan"), float("inf")]) == (2.0, math.sqrt(2), 2)  # sample std
   assert stats.cell(*stats.mean_std([])) == "-"

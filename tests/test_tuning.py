@@ -260,3 +260,15 @@ def test_stored_results_match_their_arm_whatever_the_key_order():
   bests = sweeps.best_per_arm(sweep, results)
   assert [(b.best, b.complete) for b in bests] == [(2e-3, True), (2e-3, True)]
   assert not set(p.name for p in sweeps.tuning.points(sweep, results)) - {r["name"] for r in results}
+
+
+def test_at_chosen_values_keeps_each_arm_at_its_own_best_rate_without_the_rate():
+  sweep = tuned_sweep()
+  results = [bowl("sqrt_d", lr, seed, 2e-3) for lr in (1e-3, 2e-3, 4e-3) for seed in (0, 1, 2)]
+  results += [bowl("none", lr, seed, 4e-3) for lr in (1e-3, 2e-3, 4e-3, 8e-3) for seed in (0, 1, 2)]
+  bests = sweeps.best_per_arm(sweep, results)
+  kept = sweeps.tuning.at_chosen_values(sweep, results, bests)
+  assert sorted((r["overrides"]["model.embed_scale"], r["seed"]) for r in kept) == [
+      ("none", 0), ("none", 1), ("none", 2), ("sqrt_d", 0), ("sqrt_d", 1), ("sqrt_d", 2)]
+  assert all(LR not in r["overrides"] for r in kept)
+  assert {r["name"].split(",")[1] for r in kept} == {"learning_rate=0.002", "learning_rate=0.004"}

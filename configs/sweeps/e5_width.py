@@ -13,6 +13,9 @@ first-layer Var(q.k) diagnostic.
 
 from transformer.research.sweeps import Sweep
 
+# Within-row Var(q.k) of the first layer (raw: before any attention scale), heads averaged.
+RAW_VAR = "mean:{}/decoder/layer_0/self_attention/head_*/raw_var_within"
+
 
 def get_sweep() -> Sweep:
   return Sweep(
@@ -31,4 +34,9 @@ def get_sweep() -> Sweep:
                "mean:init/decoder/layer_0/self_attention/head_*/qk_var_over_dk_within",
                "mean:final/decoder/layer_0/self_attention/head_*/qk_var_over_dk_within"),
       curves=("eval/loss",),
+      # E6's d_model axis (d_k = d_model / 4): slopes across width, each arm at its chosen rate.
+      fits=tuple({"x": "model.d_model", "y": y} for y in (RAW_VAR.format("init"),
+                                                           RAW_VAR.format("final"),
+                                                           RAW_VAR.format("final") + " - "
+                                                           + RAW_VAR.format("init"))),
   )

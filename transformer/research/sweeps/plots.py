@@ -29,7 +29,7 @@ def fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: 
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6, 4.5))
   by_setting: dict[str, list[tuple[float, float]]] = {}
-  for (others, _), xy in fit_points(results, x_field, y_spec).items():
+  for (others, _), xy in fit_points(sweep, results, x_field, y_spec).items():
     by_setting.setdefault(others, []).extend(xy)
   slopes = fit_slopes(sweep, results, x_field, y_spec)
   for others, xy in sorted(by_setting.items()):

@@ -47,16 +47,19 @@ def aggregate(sweep: Sweep, workdir: str,
     cells = [format_value(row[short_name(f)]) for f in fields] + [str(row["seeds"]), str(row["diverged"])]
     cells += [cell(*row[spec]) for spec in metrics]
     lines.append("| " + " | ".join(cells) + " |")
+  bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
+  # A fit across arms reads each arm at its own chosen value, as the tables do.
+  fit_results = tuning.at_chosen_values(sweep, results, bests) if sweep.tune else results
   fits = {}
   for fit in sweep.fits:
-    slopes = fit_slopes(sweep, results, fit["x"], fit["y"])
+    slopes = fit_slopes(sweep, fit_results, fit["x"], fit["y"])
     fits[f"{fit['y']} vs {fit['x']}"] = slopes
-    lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed:", "",
-              "| other settings | slope | seeds |", "|---|---|---|"]
+    where = f", each arm at its chosen {short_name(sweep.tuned_field)}" if sweep.tune else ""
+    lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed{where}:",
+              "", "| other settings | slope | seeds |", "|---|---|---|"]
     lines += [f"| {k} | {cell(*v)} | {v[2]} |" for k, v in slopes.items()]
-  bests, paired, curve_groups = [], [], groups
+  paired, curve_groups = [], groups
   if sweep.tune:
-    bests = tuning.best_per_arm(sweep, results)
     paired = tuning.paired_differences(sweep, bests)
     lines += _tuning_lines(sweep, bests, paired)
     for metric in sweep.also_report:  # the same choices, another reported metric
@@ -80,7 +83,7 @@ def aggregate(sweep: Sweep, workdir: str,
   plots = curve_plots(sweep, curve_groups, workdir)
   if bests:
     plots.append(tuning_plot(sweep, bests, os.path.join(workdir, "plots")))
-  plots += [fit_plot(sweep, results, fit["x"], fit["y"], os.path.join(workdir, "plots"))
+  plots += [fit_plot(sweep, fit_results, fit["x"], fit["y"], os.path.join(workdir, "plots"))
             for fit in sweep.fits]
   if plots:
     lines += [""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]

@@ -27,7 +27,11 @@ def load_results(workdir: str) -> list[dict[str, Any]]:
 
 
 def metric_value(metrics: dict[str, Any], spec: str) -> float:
-  """A metric of one point: a key, or 'mean:'/'max:' over the keys matching a pattern."""
+  """A metric of one point: a key, or 'mean:'/'max:' over the keys matching a pattern, or the
+  difference 'A - B' of two such specs (what training changed: 'mean:final/x - mean:init/x')."""
+  if " - " in spec:
+    first, second = spec.split(" - ", 1)
+    return metric_value(metrics, first) - metric_value(metrics, second)
   reduce, _, pattern = spec.rpartition(":")
   values = [float(v) for k, v in metrics.items() if fnmatch.fnmatchcase(k, pattern)]
   values = [v for v in values if math.isfinite(v)]
@@ -57,23 +61,27 @@ def ordered_groups(points: Sequence[Point], results: list[dict[str, Any]]):
 def fit_slopes(sweep: Sweep, results: list[dict[str, Any]],
                x_field: str, y_spec: str) -> dict[str, tuple[float, float, int]]:
   """Slope of log y against log x (x = `x_field`), per seed and per setting of the other
-  axes: {other settings: (mean slope, std over seeds, seeds)}."""
+  axes: {other settings: (mean slope, std over seeds, seeds)}. A tuned sweep's results are
+  to be given at each arm's chosen value (tuning.at_chosen_values)."""
   slopes: dict[str, list[float]] = {}
-  for (others, _), xy in fit_points(results, x_field, y_spec).items():
+  for (others, _), xy in fit_points(sweep, results, x_field, y_spec).items():
     if len({x for x, _ in xy}) >= 2:
       x, y = np.log(np.asarray(xy)).T
       slopes.setdefault(others, []).append(float(np.polyfit(x, y, 1)[0]))
   return {k: mean_std(v) for k, v in slopes.items()}
 
 
-def fit_points(results: list[dict[str, Any]], x_field: str,
-                y_spec: str) -> dict[tuple[str, int], list[tuple[float, float]]]:
-  """{(other settings, seed): [(x, y), ...]} of the finished points with a positive y."""
+def fit_points(sweep: Sweep, results: list[dict[str, Any]], x_field: str,
+               y_spec: str) -> dict[tuple[str, int], list[tuple[float, float]]]:
+  """{(other settings, seed): [(x, y), ...]} of the finished points with a positive y. The
+  fields that move with x (its axis) are part of x, not other settings."""
+  moving = next((set(axis) for axis in sweep.axes if x_field in axis), {x_field})
   per: dict[tuple[str, int], list[tuple[float, float]]] = {}
   for r in results:
     if r["status"] != "ok" or x_field not in r["overrides"]:
       continue
-    others = ",".join(f"{short_name(k)}={format_value(v)}" for k, v in r["overrides"].items() if k != x_field)
+    others = ",".join(f"{short_name(k)}={format_value(v)}" for k, v in r["overrides"].items()
+                      if k not in moving)
     y = metric_value(r["metrics"], y_spec)
     if math.isfinite(y) and y > 0:
       per.setdefault((others or "all", r["seed"]), []).append((float(r["overrides"][x_field]), y))

@@ -163,6 +163,21 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   return out
 
 
+def at_chosen_values(sweep: Sweep, results: list[dict[str, Any]],
+                     bests: Sequence[ArmBest]) -> list[dict[str, Any]]:
+  """The results of each arm at its chosen value, the tuned field left out of their overrides:
+  what a fit across arms reads (each arm at its own best rate, not one shared rate)."""
+  field = sweep.tuned_field
+  chosen = {b.arm: b.best for b in bests if b.best is not None}
+  fields = [f for axis in sweep.axes for f in axis]
+  out = []
+  for r in results:
+    arm = arm_label(tuple((k, r["overrides"].get(k)) for k in fields))
+    if arm in chosen and _round(r["overrides"].get(field, math.nan)) == _round(chosen[arm]):
+      out.append({**r, "overrides": {k: v for k, v in r["overrides"].items() if k != field}})
+  return out
+
+
 def fixed_arms(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   """An untuned sweep's arms in the form of `best_per_arm` (nothing searched): sweep.report by
   seed of each arm's finished runs, for `paired_differences` against sweep.baseline or within
