@@ -21,6 +21,7 @@ from transformer.research.sweeps import Sweep
 
 # Within-row Var(q.k) of the first layer (raw: before any attention scale), heads averaged.
 RAW_VAR = "mean:{}/decoder/layer_0/self_attention/head_*/raw_var_within"
+ALIGNMENT = "mean:final/decoder/layer_0/self_attention/head_*/qk_alignment"
 
 
 def get_sweep() -> Sweep:
@@ -41,7 +42,10 @@ def get_sweep() -> Sweep:
       metrics=("eval/loss", "test/loss",
                "mean:init/decoder/layer_0/self_attention/head_*/qk_var_over_dk_within",
                "mean:final/decoder/layer_0/self_attention/head_*/qk_var_over_dk_within",
+               "mean:init/decoder/layer_0/self_attention/head_*/qk_alignment",
                "mean:final/decoder/layer_0/self_attention/head_*/qk_alignment",
+               # the logits the softmax saw (after the arm's scale), within rows
+               "mean:final/decoder/layer_0/self_attention/head_*/logit_var_within",
                "mean:final/decoder/layer_0/self_attention/head_*/entropy_deficit"),
       curves=("eval/loss",),
       arm_names=tuple(f"dk{dk}_{name}" for dk in (64, 32, 16, 8)
@@ -53,5 +57,6 @@ def get_sweep() -> Sweep:
       fits=tuple({"x": "model.head_dim", "y": y} for y in (RAW_VAR.format("init"),
                                                             RAW_VAR.format("final"),
                                                             RAW_VAR.format("final") + " - "
-                                                            + RAW_VAR.format("init"))),
+                                                            + RAW_VAR.format("init"),
+                                                            ALIGNMENT)),
   )
