@@ -26,3 +26,4 @@ def test_plot_names_and_units():
   assert plots.slug("max:final/a/head_*/x") == "max_final_a_head_all_x"
   assert plots.unit("eval/nll") == "nats" and plots.unit("init/embed/ratio") == "dimensionless"
   assert plots.unit("diagnostics/decoder/embed/token_rms") == "activation units"
+  assert plots.unit("final/decoder/layer_0/self_attention/head_0/qk_alignment") == "dimensionless"

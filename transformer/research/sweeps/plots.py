@@ -70,7 +70,7 @@ def slug(spec: str) -> str:
 def unit(name: str) -> str:
   if any(k in name for k in ("loss", "nll", "entropy", "log_z")):
     return "nats"
-  if any(k in name for k in ("ratio", "accuracy", "over_dk", "perplexity")):
+  if any(k in name for k in ("ratio", "accuracy", "over_dk", "perplexity", "alignment")):
     return "dimensionless"
   return "activation units"
 
