@@ -14,7 +14,8 @@ from transformer.research import sweeps
 def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
   sweep = tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2),
                  metrics=("eval/nll",), curves=(), fits=({"x": "model.head_dim", "y": "v"},))
-  results = [fake_result(8, s, {"eval/nll": 2.0 + s, "v": 8.0}) for s in (0, 1, 2)]
+  results = [fake_result(8, s, {"eval/nll": 2.0 + s, "v": 8.0}) for s in (0, 1)]
+  results.append(fake_result(8, 2, {"eval/nll": 4.0, "v": -1.0}))  # a log-log fit cannot use it
   results += [fake_result(16, 0, {"eval/nll": 1.0, "v": 16.0}), fake_result(16, 1, {}, status="diverged")]
   for r in results:
     os.makedirs(tmp_path / "points" / r["name"])
@@ -25,6 +26,7 @@ def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
   assert "| 8 | 3 | 0 | 3.000 ± 1.000 |" in text
   assert "| 16 | 2 | 1 | 1.000 |" in text
   assert summary["fits"]["v vs model.head_dim"]["all"][0] == pytest.approx(1.0)
+  assert "per seed (1 finished points left out: y missing or <= 0):" in text
   fit_plot = tmp_path / "plots" / "fit_v_vs_head_dim.png"
   assert fit_plot.stat().st_size > 1000 and "](plots/fit_v_vs_head_dim.png)" in text
   csv_text = (tmp_path / "results.csv").read_text().splitlines()

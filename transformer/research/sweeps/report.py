@@ -55,8 +55,12 @@ def aggregate(sweep: Sweep, workdir: str,
     slopes = fit_slopes(sweep, fit_results, fit["x"], fit["y"])
     fits[f"{fit['y']} vs {fit['x']}"] = slopes
     where = f", each arm at its chosen {short_name(sweep.tuned_field)}" if sweep.tune else ""
-    lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed{where}:",
-              "", "| other settings | slope | seeds |", "|---|---|---|"]
+    # A log-log fit cannot use y <= 0 (a difference spec can give one): say so, never silently.
+    left_out = sum(1 for r in fit_results if r["status"] == "ok" and fit["x"] in r["overrides"]
+                   and not metric_value(r["metrics"], fit["y"]) > 0)
+    note = f" ({left_out} finished points left out: y missing or <= 0)" if left_out else ""
+    lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed{where}"
+              f"{note}:", "", "| other settings | slope | seeds |", "|---|---|---|"]
     lines += [f"| {k} | {cell(*v)} | {v[2]} |" for k, v in slopes.items()]
   paired, curve_groups = [], groups
   if sweep.tune:
