@@ -49,7 +49,7 @@ def test_anything_else_raised_in_main_keeps_its_traceback(monkeypatch, capsys, b
 def test_mistakes_found_while_the_flags_are_parsed_are_one_line(monkeypatch, capsys):
   monkeypatch.setattr("sys.argv", ["prog", "--config=c.py", "--config.model.dmodel=3"])
 
-  def parse_fails(main):  # what ml_collections raises for an unknown field, before main
+  def parse_fails(main, **kwargs):  # what ml_collections raises for an unknown field, before main
     raise AttributeError("'dmodel'\\nDid you mean \"d_model\" instead of \"dmodel\"?")
 
   monkeypatch.setattr(app, "run", parse_fails)
@@ -58,6 +58,25 @@ def test_mistakes_found_while_the_flags_are_parsed_are_one_line(monkeypatch, cap
   assert err == ("error: bad --config or override: --config.model.dmodel names no field of "
                  "the config (unknown field 'dmodel'); Did you mean \"d_model\" instead of "
                  "\"dmodel\"?")
+
+
+def test_a_user_error_raised_by_a_config_files_get_config_is_one_line(monkeypatch, capsys,
+                                                                     tmp_path):
+  from absl import flags
+  from ml_collections import config_flags
+  if "errors_test_config" not in flags.FLAGS:
+    config_flags.DEFINE_config_file("errors_test_config", None, "")
+  path = tmp_path / "recipes.py"
+  path.write_text("from transformer.errors import ConfigError\n"
+                  "def get_config(recipe):\n"
+                  "  raise ConfigError(f'{recipe} is not a recipe; use paper.')\n")
+  monkeypatch.setattr("sys.argv", ["prog", f"--errors_test_config={path}:bogus"])
+  code, err = _boundary(lambda argv: None, capsys)
+  assert (code, err) == (1, "error: bogus is not a recipe; use paper.")
+  # Any other flag error keeps absl's own report (and exit status 1).
+  monkeypatch.setattr("sys.argv", ["prog", "--errors_test_no_such_flag=1"])
+  code, err = _boundary(lambda argv: None, capsys)
+  assert code == 1 and "FATAL Flags parsing error" in err and "errors_test_no_such_flag" in err
 
 
 def test_an_interrupt_outside_the_loop_exits_130_without_a_traceback(monkeypatch, capsys):

@@ -44,9 +44,9 @@ def test_bad_values():
     experiment.load_config("configs/nope.py")
 
 
-@pytest.mark.parametrize("name", ["default", "base", "big", "lm"])
+@pytest.mark.parametrize("name", ["default", "base", "big", "lm", "lm.py:paper"])
 def test_configs_build_their_models(name):
-  config = experiment.load_config(str(REPO / "configs" / f"{name}.py"))
+  config = experiment.load_config(str(REPO / "configs" / (name if ".py" in name else f"{name}.py")))
   cfg = experiment.model_config(config, vocab_size=35)
   model = experiment.build_model(config, cfg)
   shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
@@ -91,9 +91,39 @@ def test_validate_finds_each_mistake_before_anything_runs(field, value, message)
   assert message in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["default", "base", "big", "lm", "lm_tiny", "translate"])
+@pytest.mark.parametrize("name", ["default", "base", "big", "lm", "lm.py:paper", "lm_tiny",
+                                  "translate"])
 def test_every_shipped_config_validates(name):
-  experiment.validate(experiment.load_config(str(REPO / "configs" / f"{name}.py")))
+  experiment.validate(experiment.load_config(
+      str(REPO / "configs" / (name if ".py" in name else f"{name}.py"))))
+
+
+def test_lm_defaults_are_the_findings_and_the_paper_is_one_flag_away():
+  from absl import flags
+  from ml_collections import config_flags
+  from transformer.config import ModelConfig
+  fv = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
+  fv(["train.py", f"--config={REPO / 'configs' / 'lm.py'}:paper"])  # as scripts/train.py parses it
+  paper, findings = holder.value, experiment.load_config(str(REPO / "configs" / "lm.py"))
+  assert paper.to_dict() == experiment.load_config(str(REPO / "configs" / "lm.py:paper")).to_dict()
+  paper_model = experiment.model_config(paper, vocab_size=8000)
+  sizes = dict(vocab_size=8000, max_len=128, d_model=128, num_heads=4, d_ff=512,
+               num_encoder_layers=0, num_decoder_layers=4, dropout_rate=0.1)
+  assert paper_model == ModelConfig.from_recipe("vaswani2017", **sizes)  # the recipe untouched
+  assert (paper.schedule, paper.learning_rate) == ("rsqrt", paper_peak_learning_rate(128, 200))
+  # The findings' recipe changes exactly the knobs the experiments measured (and the schedule).
+  model = experiment.model_config(findings, vocab_size=8000)
+  changed = {k for k in paper_model.__dataclass_fields__
+             if getattr(model, k) != getattr(paper_model, k)}
+  assert changed == {"norm_position", "logits_via_embedding", "attention_scale"}
+  assert (model.norm_position, model.logits_via_embedding, model.attention_scale,
+          model.embed_scale, model.embed_init_std) == ("pre", False, "inv_dk", "sqrt_d", "inv_sqrt_d")
+  paper_fields, findings_fields = paper.to_dict(), findings.to_dict()
+  assert ({k for k in findings_fields if findings_fields[k] != paper_fields[k]}
+          == {"model", "schedule", "learning_rate"})
+  with pytest.raises(ConfigError, match="configs/lm.py:bogus is not a recipe"):
+    experiment.load_config(str(REPO / "configs" / "lm.py:bogus"))
 
 
 def test_a_mistake_in_the_model_ends_the_run_before_the_workdir_is_written(tmp_path):

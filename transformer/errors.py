@@ -73,7 +73,7 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
     return main(argv)
 
   try:
-    app.run(wrapped)
+    app.run(wrapped, flags_parser=_parse_flags)
   except UserError as e:
     exit_with(str(e))
   except KeyboardInterrupt:
@@ -83,6 +83,24 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
     if started:
       raise
     exit_with(f"bad --config or override: {config_flag_message(e)}")
+
+
+def _parse_flags(argv: Sequence[str]) -> list[str]:
+  """absl's flag parsing, except that a UserError raised by a config file's get_config (as
+  configs/lm.py:NAME does for an unknown recipe) ends as its own one line: config_flags hands
+  it to absl as the text of its traceback, whose last line is `transformer.errors.CLASS: MSG`."""
+  from absl import app, flags
+
+  try:
+    return flags.FLAGS(list(argv))
+  except flags.Error as e:
+    last = str(e).strip().splitlines()[-1].strip()
+    prefix = f"{__name__}."
+    name, _, message = last[len(prefix):].partition(": ")
+    cls = globals().get(name) if last.startswith(prefix) else None
+    if isinstance(cls, type) and issubclass(cls, UserError):
+      exit_with(message)
+  return app.parse_flags_with_usage(list(argv))  # absl's own report of any other flag error
 
 
 def _without_closed_loop_noise(hook: Callable[[Any], None]) -> Callable[[Any], None]:

@@ -184,10 +184,13 @@ def load_module(path: str) -> types.ModuleType:
 
 
 def load_config(path: str) -> ml_collections.ConfigDict:
-  """get_config() of a config file (as --config=PATH does), for tests, sweeps and notebooks."""
+  """get_config() of a config file (as --config=PATH does), or get_config(ARG) for PATH:ARG
+  (as --config=PATH:ARG does), for tests, sweeps and notebooks."""
+  path, colon, arg = path.partition(":")
   if not os.path.isfile(path):
     raise MissingFileError(f"Config file {path} does not exist; pass a path like configs/default.py.")
-  return load_module(path).get_config()
+  module = load_module(path)
+  return module.get_config(arg) if colon else module.get_config()
 
 
 def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig) -> Any:
