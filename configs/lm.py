@@ -46,7 +46,8 @@ def get_config(recipe: str = "findings"):
   config.checkpoint_every_steps = 250
   if recipe == "paper":
     # The vaswani2017 recipe as it stands (post-LN, sqrt(d) on an N(0, 1/d) embedding, tied
-    # output, 1/sqrt(d_k)) and eq. 3's schedule: peak d^-0.5 * warmup^-0.5 (6.25e-3 here).
+    # output, 1/sqrt(d_k)) and eq. 3's schedule: peak d^-0.5 * warmup^-0.5 (6.25e-3 here;
+    # computed once, so a --config.warmup_steps override keeps this peak).
     config.model = model_fields("vaswani2017", **sizes)
     config.schedule = "rsqrt"
     config.learning_rate = paper_peak_learning_rate(D_MODEL, config.warmup_steps)
