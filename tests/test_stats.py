@@ -31,6 +31,16 @@ def test_fit_slopes_recovers_a_power_law():
   assert n == 2 and mean == pytest.approx(2.0) and std == pytest.approx(0.0, abs=1e-9)
 
 
+def test_a_fit_leaves_out_and_counts_points_it_cannot_use():
+  sweep = tiny_sweep(axes=({"model.head_dim": [8, 16, 32]},), seeds=(0,))
+  ys = {8: 8.0, 16: -1.0, 32: math.inf}  # y <= 0 (a difference spec) and inf are unusable
+  results = [fake_result(x, 0, {"y": y}) for x, y in ys.items()]
+  results += [fake_result(8, 1, {}), fake_result(16, 1, {"y": 2.0}, status="diverged")]
+  assert sweeps.stats.fit_points(sweep, results, "model.head_dim", "y") == {("all", 0): [(8.0, 8.0)]}
+  # The missing y counts; the diverged point is not a finished one.
+  assert sweeps.stats.fit_left_out(results, "model.head_dim", "y") == 3
+
+
 def test_a_difference_spec_subtracts_two_metrics():
   m = {"final/head_0/v": 5.0, "final/head_1/v": 7.0, "init/head_0/v": 1.0, "init/head_1/v": 2.0}
   assert sweeps.metric_value(m, "mean:final/head_*/v - mean:init/head_*/v") == 6.0 - 1.5

@@ -12,8 +12,8 @@ from transformer.research.sweeps import tuning
 from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, format_value,
                                               short_name)
 from transformer.research.sweeps.plots import curve_plots, fit_plot, tuning_plot
-from transformer.research.sweeps.stats import (cell, fit_slopes, load_results, mean_std,
-                                               metric_value, ordered_groups)
+from transformer.research.sweeps.stats import (cell, fit_left_out, fit_slopes, load_results,
+                                               mean_std, metric_value, ordered_groups)
 
 
 def aggregate(sweep: Sweep, workdir: str,
@@ -55,9 +55,7 @@ def aggregate(sweep: Sweep, workdir: str,
     slopes = fit_slopes(sweep, fit_results, fit["x"], fit["y"])
     fits[f"{fit['y']} vs {fit['x']}"] = slopes
     where = f", each arm at its chosen {short_name(sweep.tuned_field)}" if sweep.tune else ""
-    # A log-log fit cannot use y <= 0 (a difference spec can give one): say so, never silently.
-    left_out = sum(1 for r in fit_results if r["status"] == "ok" and fit["x"] in r["overrides"]
-                   and not metric_value(r["metrics"], fit["y"]) > 0)
+    left_out = fit_left_out(fit_results, fit["x"], fit["y"])  # said, never dropped silently
     note = f" ({left_out} finished points left out: y missing or <= 0)" if left_out else ""
     lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed{where}"
               f"{note}:", "", "| other settings | slope | seeds |", "|---|---|---|"]

@@ -71,21 +71,35 @@ def fit_slopes(sweep: Sweep, results: list[dict[str, Any]],
   return {k: mean_std(v) for k, v in slopes.items()}
 
 
+def _fit_candidates(results: list[dict[str, Any]], x_field: str,
+                    y_spec: str) -> list[tuple[dict[str, Any], float, bool]]:
+  """(result, y, usable) for every finished point that sets x: a log-log fit can use only a
+  finite, positive y (a difference spec such as 'final - init' can give y <= 0)."""
+  out = []
+  for r in results:
+    if r["status"] == "ok" and x_field in r["overrides"]:
+      y = metric_value(r["metrics"], y_spec)
+      out.append((r, y, math.isfinite(y) and y > 0))
+  return out
+
+
 def fit_points(sweep: Sweep, results: list[dict[str, Any]], x_field: str,
                y_spec: str) -> dict[tuple[str, int], list[tuple[float, float]]]:
   """{(other settings, seed): [(x, y), ...]} of the finished points with a positive y. The
   fields that move with x (its axis) are part of x, not other settings."""
   moving = next((set(axis) for axis in sweep.axes if x_field in axis), {x_field})
   per: dict[tuple[str, int], list[tuple[float, float]]] = {}
-  for r in results:
-    if r["status"] != "ok" or x_field not in r["overrides"]:
-      continue
-    others = ",".join(f"{short_name(k)}={format_value(v)}" for k, v in r["overrides"].items()
-                      if k not in moving)
-    y = metric_value(r["metrics"], y_spec)
-    if math.isfinite(y) and y > 0:
+  for r, y, usable in _fit_candidates(results, x_field, y_spec):
+    if usable:
+      others = ",".join(f"{short_name(k)}={format_value(v)}" for k, v in r["overrides"].items()
+                        if k not in moving)
       per.setdefault((others or "all", r["seed"]), []).append((float(r["overrides"][x_field]), y))
   return per
+
+
+def fit_left_out(results: list[dict[str, Any]], x_field: str, y_spec: str) -> int:
+  """How many finished points that set x fit_points leaves out (y missing, inf or <= 0)."""
+  return sum(1 for _, _, usable in _fit_candidates(results, x_field, y_spec) if not usable)
 
 
 def cell(mean: float, std: float, n: int) -> str:
