@@ -241,6 +241,32 @@ def test_confirm_seeds_run_at_the_chosen_value_only_and_join_the_report():
     sweeps.check_sweep(tiny_sweep(confirm_seeds=(3,)))
 
 
+def test_arm_values_give_an_arm_its_own_grid_and_one_value_is_a_fixed_control():
+  sweep = tuned_sweep(arm_names=("paper", "none"), arm_values={"none": [2e-3]})
+  results = [bowl("sqrt_d", lr, seed, 2e-3) for lr in (1e-3, 2e-3, 4e-3) for seed in (0, 1, 2)]
+  names = {p.name for p in sweeps.tuning.points(sweep, results)} - {r["name"] for r in results}
+  assert names == {f"embed_scale=none,learning_rate=0.002,seed={s}" for s in (0, 1, 2)}
+  # Its best would lie far below, but one given value is never extended nor called an edge.
+  results += [bowl("none", 2e-3, seed, 1e-4, test_shift=0.5) for seed in (0, 1, 2)]
+  paper, none = sweeps.best_per_arm(sweep, results)
+  assert none.searched == (2e-3,) and none.best == 2e-3 and none.complete and not none.on_edge
+  assert paper.searched == (1e-3, 2e-3, 4e-3)
+  (paired,) = sweeps.paired_differences(sweep, [paper, none])
+  assert paired.seeds == 3 and paired.mean == pytest.approx(0.1 * math.log2(20) ** 2 + 0.5)
+  lines = sweeps.report._tuning_lines(sweep, [paper, none], [paired])
+  assert "| none | 0.002 | 0.002 (fixed) |" in "\n".join(lines)
+  # Two values: searched and extended past an edge like tune's grid.
+  two = tuned_sweep(arm_values={"embed_scale=none": [2e-3, 4e-3]}, extend_edges=1)
+  results = [bowl("none", lr, seed, 1e-4) for lr in (2e-3, 4e-3) for seed in (0, 1, 2)]
+  assert sweeps.searched_values(two, results)["embed_scale=none"] == [1e-3, 2e-3, 4e-3]
+  with pytest.raises(ValueError, match="not an arm"):
+    sweeps.check_sweep(tuned_sweep(arm_values={"bogus": [1e-3]}))
+  with pytest.raises(ValueError, match="positive numbers"):
+    sweeps.check_sweep(tuned_sweep(arm_values={"embed_scale=none": []}))
+  with pytest.raises(ValueError, match="need `tune`"):
+    sweeps.check_sweep(tiny_sweep(arm_values={"embed_scale=none": [1e-3]}))
+
+
 def test_stored_results_match_their_arm_whatever_the_key_order():
   """result.json stores overrides with sorted keys; arms whose axes are not in alphabetical
   order (here embed_scale before d_model) must still find their results."""

@@ -30,6 +30,10 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     complete: they join the reported figure and the paired differences, while
                     the choice stays on `seeds` (more seeds where effects are small, without
                     running them over the whole grid)
+  arm_values        optional {arm name: values of the tuned field} searched for that arm in
+                    place of `tune`'s grid (extended at an edge as usual); a single value runs
+                    the arm there only, neither searched nor extended (a control at another
+                    arm's chosen rate)
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -73,10 +77,20 @@ class Sweep:
   contrast: Optional[str] = None
   arm_names: tuple[str, ...] = ()
   confirm_seeds: tuple[int, ...] = ()
+  arm_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
   @property
   def tuned_field(self) -> Optional[str]:
     return next(iter(self.tune), None)
+
+  def arm_name(self, arm: "Overrides") -> str:
+    """An arm's display name: its arm_names entry, else its label."""
+    return dict(zip([arm_label(a) for a in arms(self)], self.arm_names)).get(arm_label(arm),
+                                                                          arm_label(arm))
+
+  def tune_values(self, arm: "Overrides") -> list[float]:
+    """The tuned field's starting grid for `arm`: its arm_values entry, else tune's."""
+    return list(self.arm_values.get(self.arm_name(arm), self.tune[self.tuned_field]))
 
 
 def load_sweep(path: str) -> Sweep:
@@ -147,6 +161,15 @@ def check_sweep(sweep: Sweep) -> None:
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")
+  if sweep.arm_values:
+    if not sweep.tune:
+      raise ConfigError("arm_values replace `tune`'s grid for some arms: they need `tune`.")
+    names = [sweep.arm_name(a) for a in arms(sweep)]
+    for name, values in sweep.arm_values.items():
+      if name not in names:
+        raise ConfigError(f"arm_values names {name!r}, which is not an arm; arms are {names}.")
+      if not values or not all(isinstance(v, (int, float)) and v > 0 for v in values):
+        raise ConfigError(f"arm_values[{name!r}]={values!r} needs positive numbers.")
   if sweep.arm_names and (len(sweep.arm_names) != len(arms(sweep))
                           or len(set(sweep.arm_names)) != len(sweep.arm_names)):
     raise ConfigError(f"arm_names needs {len(arms(sweep))} distinct names (one per arm), got "
@@ -178,13 +201,13 @@ def expand(sweep: Sweep, tuned: Optional[Mapping[str, Sequence[float]]] = None,
            chosen: Optional[Mapping[str, float]] = None) -> list[Point]:
   """Every point of the grid: arms x tuned values x seeds. A tuned sweep searches
   `tuned[arm label]` for an arm (tuning.searched_values: the grid with its extensions),
-  sweep.tune's values where not given, and runs sweep.confirm_seeds at `chosen[arm label]`
+  sweep.tune_values(arm) where not given, and runs sweep.confirm_seeds at `chosen[arm label]`
   (an arm's value once its search is complete)."""
   points = []
   for arm in arms(sweep):
     if sweep.tune:
       field = sweep.tuned_field
-      values = (tuned or {}).get(arm_label(arm), sweep.tune[field])
+      values = (tuned or {}).get(arm_label(arm), sweep.tune_values(arm))
       settings = [arm + ((field, v),) for v in values]
     else:
       settings = [arm]

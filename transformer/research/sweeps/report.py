@@ -117,7 +117,8 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
   lines += [
            f"Chosen on {sweep.select} (lowest mean over seeds; a value where a seed diverged is "
            f"never chosen), reported on {sweep.report}. 'edge': the best is an end of the "
-           "values searched, so the optimum may lie beyond; 'searching': values still to run."
+           "values searched, so the optimum may lie beyond; 'searching': values still to run; "
+           "'fixed': run at one given value, not searched."
            + (f" The choice uses seeds {_seed_list(sweep.seeds)}; seeds "
               f"{_seed_list(sweep.confirm_seeds)} are run at the chosen value only and join "
               f"{sweep.report} and the differences." if sweep.confirm_seeds else ""),
@@ -125,7 +126,7 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
            "|---|---|---|---|---|---|"]
   for b in bests:
     searched = ", ".join(format_value(v) for v in b.searched)
-    flag = " (edge)" if b.on_edge else ""
+    flag = " (edge)" if b.on_edge else " (fixed)" if len(b.searched) == 1 else ""
     flag += "" if b.complete else " (searching)"
     best = "-" if b.best is None else format_value(b.best) + flag
     lines.append(f"| {b.name} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "

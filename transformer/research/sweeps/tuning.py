@@ -97,14 +97,16 @@ def _score(sweep: Sweep, members: list[dict]) -> float:
   return float(np.mean(values)) if values and all(math.isfinite(v) for v in values) else math.inf
 
 
-def _search(sweep: Sweep, stored: dict[float, list[dict]]) -> tuple[list[float], bool]:
+def _search(sweep: Sweep, arm, stored: dict[float, list[dict]]) -> tuple[list[float], bool]:
   """An arm's searched values and whether all of them have every seed stored."""
-  field = sweep.tuned_field
-  values = sorted(_round(v) for v in sweep.tune[field])
-  factor, low, high = _step(values), 0, 0
+  values = sorted(_round(v) for v in sweep.tune_values(arm))
+  low, high = 0, 0
   while True:
     if any(len(stored.get(v, [])) < len(sweep.seeds) for v in values):
       return values, False
+    if len(values) == 1:  # one value given: a fixed rate, not a search
+      return values, True
+    factor = _step(values)
     scores = [_score(sweep, stored[v]) for v in values]
     best = values[int(np.argmin(scores))] if any(math.isfinite(s) for s in scores) else values[0]
     if best == values[0] and low < sweep.extend_edges:
@@ -120,7 +122,7 @@ def _search(sweep: Sweep, stored: dict[float, list[dict]]) -> tuple[list[float],
 def searched_values(sweep: Sweep, results: list[dict[str, Any]]) -> dict[str, list[float]]:
   """{arm label: the tuned values searched for it so far} (sweep.tune's grid, extended)."""
   stored = _by_value(sweep, results)
-  return {arm_label(a): _search(sweep, stored.get(arm_label(a), {}))[0] for a in arms(sweep)}
+  return {arm_label(a): _search(sweep, a, stored.get(arm_label(a), {}))[0] for a in arms(sweep)}
 
 
 def points(sweep: Sweep, results: list[dict[str, Any]]) -> list[Point]:
@@ -138,11 +140,10 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   stored = _by_value(sweep, results)
   confirming = _by_value(sweep, results, sweep.confirm_seeds)
   out = []
-  names = dict(zip([arm_label(a) for a in arms(sweep)], sweep.arm_names))
   for arm in arms(sweep):
     label = arm_label(arm)
     by_value = stored.get(label, {})
-    values, complete = _search(sweep, by_value)
+    values, complete = _search(sweep, arm, by_value)
     curve, best, best_score = [], None, math.inf
     for v in values:
       members = by_value.get(v, [])
@@ -156,8 +157,9 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report)
                for r in chosen + (confirmed if complete else [])}
     out.append(ArmBest(
-        arm=label, overrides=arm, name=names.get(label, label), searched=tuple(values), best=best,
-        on_edge=best is not None and best in (values[0], values[-1]), complete=complete,
+        arm=label, overrides=arm, name=sweep.arm_name(arm), searched=tuple(values), best=best,
+        on_edge=best is not None and len(values) > 1 and best in (values[0], values[-1]),
+        complete=complete,
         select=mean_std([metric_value(r["metrics"], sweep.select) for r in chosen]),
         report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve)))
   return out
@@ -187,14 +189,13 @@ def fixed_arms(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   for r in results:
     if r["status"] == "ok" and set(r["overrides"]) == set(fields) and r["seed"] in sweep.seeds:
       by_arm.setdefault(arm_label(tuple((k, r["overrides"][k]) for k in fields)), []).append(r)
-  names = dict(zip([arm_label(a) for a in arms(sweep)], sweep.arm_names))
   out = []
   for arm in arms(sweep):
     label = arm_label(arm)
     members = by_arm.get(label, [])
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in members}
     select = mean_std([metric_value(r["metrics"], sweep.select) for r in members])
-    out.append(ArmBest(arm=label, overrides=arm, name=names.get(label, label), searched=(),
+    out.append(ArmBest(arm=label, overrides=arm, name=sweep.arm_name(arm), searched=(),
                        best=None, on_edge=False, complete=len(members) == len(sweep.seeds),
                        select=select, report=mean_std(list(by_seed.values())),
                        report_by_seed=by_seed, curve=()))
