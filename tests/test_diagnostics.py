@@ -131,6 +131,53 @@ def test_entropy_and_log_z_match_numpy():
                              rtol=1e-5)
 
 
+def test_translation_rows_first_attention_of_encoder_and_decoder_against_hand_masks():
+  """T1's diagnostics batches: one padded sentence pair a row. The encoder's first attention is
+  bidirectional over the real source tokens, the decoder's causal over the real target tokens;
+  both masks are built here from the sentence lengths, not taken from the model."""
+  d, heads = 32, 2
+  cfg = ModelConfig.from_recipe("vaswani2017", vocab_size=16, d_model=d, num_heads=heads,
+                                d_ff=32, num_encoder_layers=1, num_decoder_layers=1, max_len=8)
+  model = Transformer(cfg)
+  src_len, tgt_len = np.array([4, 6]), np.array([3, 6])
+  batch = {"inputs": jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 2]], jnp.int32),
+           "targets": jnp.array([[5, 6, 2, 0, 0, 0], [2, 3, 4, 5, 6, 2]], jnp.int32)}
+  params = model.init(jax.random.PRNGKey(3), batch["inputs"], batch["targets"])["params"]
+  out = diagnostics.scale_diagnostics(model, params, batch)
+  _, state = model.apply({"params": params}, batch["inputs"], batch["targets"],
+                         mutable=["intermediates"])
+  pos = np.arange(6)
+  real = lambda n: pos[None, :] < n[:, None]  # noqa: E731  [B, L]
+  masks = {"encoder": real(src_len)[:, :, None] & real(src_len)[:, None, :],
+           "decoder": (real(tgt_len)[:, :, None] & real(tgt_len)[:, None, :]
+                       & (pos[None, None, :] <= pos[None, :, None]))}
+  references = {"encoder": np.mean(np.log(np.repeat(src_len, src_len))),  # log(len) per query
+                "decoder": np.mean(np.log(np.concatenate([np.arange(1, n + 1) for n in tgt_len])))}
+  for stack in ("encoder", "decoder"):
+    a = state["intermediates"][stack]["blocks"]["layer_0"]["self_attention"]
+    q, k = np.asarray(a["q"][0], np.float64), np.asarray(a["k"][0], np.float64)
+    logits = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d // heads)
+    mask = np.broadcast_to(masks[stack][:, None], logits.shape)
+    for h in range(heads):
+      key = f"{stack}/layer_0/self_attention/head_{h}"
+      rows = [logits[b, h, i][mask[b, h, i]] for b in range(2) for i in range(6)]
+      within = np.mean([r.var() for r in rows if r.size >= 2])
+      np.testing.assert_allclose(float(out[f"{key}/logit_var_within"]), within, rtol=1e-4)
+      np.testing.assert_allclose(float(out[f"{key}/entropy_uniform"]), references[stack],
+                                 rtol=1e-5)
+      np.testing.assert_allclose(float(out[f"{key}/entropy"]), _np_entropy(logits, mask)[h],
+                                 rtol=1e-4)
+  # The encoder's token/PE ratio: RMS over the real source tokens of sqrt(d) E[token], and of
+  # the paper's interleaved sinusoids at their positions.
+  emb = np.asarray(params["embedding"]["embedding"], np.float64) * math.sqrt(d)
+  valid = real(src_len)
+  token_rms = np.sqrt(np.mean(emb[np.asarray(batch["inputs"])][valid] ** 2))
+  angles = pos[:, None] / 10000.0 ** (2 * np.arange(d // 2)[None, :] / d)
+  pe = np.stack([np.sin(angles), np.cos(angles)], -1).reshape(6, d)  # sin, cos interleaved
+  pe_rms = np.sqrt(np.mean(np.broadcast_to(pe, (2, 6, d))[valid] ** 2))
+  np.testing.assert_allclose(float(out["encoder/embed/ratio"]), token_rms / pe_rms, rtol=1e-5)
+
+
 def test_entropy_reference_follows_the_packed_causal_mask():
   """A packed row of two documents and padding: a query sees only the earlier tokens of its own
   document, so the uniform reference is the mean of log(1), log(2), ... per document, counted
