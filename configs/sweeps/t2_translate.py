@@ -7,8 +7,7 @@ test NLL and sacreBLEU of beam search, beam 4) on the German message catalogs:
   python scripts/sweep.py --config=configs/sweeps/t2_translate.py --workdir=docs/sweeps/t2_translate
 
 Each arm is run at its T1 (d_model 128) best rate, 5e-3 for all three, and one neighbour, half
-of it: in the
-language model the best rate fell as the width grew (E5). The cut to fit the 2 cores (a step
+of it: in the language model the best rate fell as the width grew (E5). The cut to fit the 2 cores (a step
 takes ~2.3 s alone, ~4.5 s with two processes, so a point is ~30 minutes): the two rates are
 compared on seed 0 (the choice, on validation NLL), and seeds 1 and 2 are run at the chosen
 rate only (confirm_seeds), so every reported figure and paired difference has 3 seeds. No
