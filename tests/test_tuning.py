@@ -267,6 +267,41 @@ def test_arm_values_give_an_arm_its_own_grid_and_one_value_is_a_fixed_control():
     sweeps.check_sweep(tiny_sweep(arm_values={"embed_scale=none": [1e-3]}))
 
 
+def test_pairs_add_comparisons_between_arms_other_than_the_baseline():
+  """A 2 x 2 design's other contrasts: each pair at the two arms' own best rates, by seed."""
+  scales = ["sqrt_d", "none", "inv_sqrt_d"]
+  sweep = tuned_sweep(axes=({"model.embed_scale": scales},), arm_names=("a", "b", "c"),
+                      pairs=(("c", "b"),))
+  best_lr = {"sqrt_d": 2e-3, "none": 2e-3, "inv_sqrt_d": 4e-3}
+  shift = {"sqrt_d": 0.0, "none": 0.3, "inv_sqrt_d": 0.5}
+  results = []
+  for s in scales:
+    for lr in (1e-3, 2e-3, 4e-3, 8e-3):
+      for seed in (0, 1, 2):
+        r = bowl(s, lr, seed, best_lr[s], test_shift=shift[s] + 0.01 * seed * (s == "inv_sqrt_d"))
+        results.append(r)
+  bests = sweeps.best_per_arm(sweep, results)
+  assert [b.best for b in bests] == [2e-3, 2e-3, 4e-3]
+  paired = sweeps.paired_differences(sweep, bests)
+  assert [(p.arm, p.baseline) for p in paired] == [("b", "a"), ("c", "a"), ("c", "b")]
+  # c - b by seed: 0.2 + 0.01 * seed (each at its own rate: the bowls' minima are equal).
+  assert paired[2].mean == pytest.approx(0.21)
+  assert (paired[2].low, paired[2].high) == pytest.approx(
+      sweeps.t_interval([0.2, 0.21, 0.22])[1:])
+  # An untuned sweep with pairs only: those pairs, no comparison with the first arm.
+  fixed = tiny_sweep(axes=({"model.embed_scale": scales},), arm_names=("a", "b", "c"),
+                     seeds=(0, 1), pairs=(("c", "b"),), report="eval/nll")
+  untuned = [{"name": f"{s},{seed}", "overrides": {"model.embed_scale": s}, "seed": seed,
+              "status": "ok", "metrics": {"eval/nll": shift[s] + seed}} for s in scales
+             for seed in (0, 1)]
+  (only,) = sweeps.paired_differences(fixed, sweeps.tuning.fixed_arms(fixed, untuned))
+  assert (only.arm, only.baseline, only.mean) == ("c", "b", pytest.approx(0.2))
+  for bad in ((("c", "c"),), (("c", "z"),)):
+    with pytest.raises(ValueError, match="pairs holds"):
+      sweeps.check_sweep(tuned_sweep(axes=({"model.embed_scale": scales},),
+                                     arm_names=("a", "b", "c"), pairs=bad))
+
+
 def test_stored_results_match_their_arm_whatever_the_key_order():
   """result.json stores overrides with sorted keys; arms whose axes are not in alphabetical
   order (here embed_scale before d_model) must still find their results."""

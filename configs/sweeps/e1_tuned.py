@@ -41,6 +41,9 @@ def get_sweep() -> Sweep:
       axes=(ARMS,),
       confirm_seeds=(3, 4),  # some differences are under 0.05 nats: 5 seeds where reported
       arm_names=("paper", "no_scale", "scale_sum", "conv2", "pe_down", "conv2_adafactor"),
+      # The Adam arms are a 2 x 2 of balance x input size (findings, Question 1): its other
+      # contrasts, and Adafactor against Adam for convention (2).
+      pairs=(("no_scale", "pe_down"), ("scale_sum", "no_scale"), ("conv2_adafactor", "conv2")),
       fixed={"test_fraction": 0.02},
       tune={"learning_rate": [2.5e-3, 5e-3, 1e-2, 2e-2]},
       select="eval/loss",

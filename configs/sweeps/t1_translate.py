@@ -49,6 +49,8 @@ def get_sweep() -> Sweep:
       base="configs/translate_tiny.py",
       axes=(ARMS,),
       arm_names=("paper", "no_scale", "scale_sum", "conv2", "pe_down"),
+      # paper, no_scale, scale_sum, pe_down: E1's 2 x 2 of balance x input size, both stacks.
+      pairs=(("no_scale", "pe_down"), ("scale_sum", "no_scale")),
       fixed={"num_train_steps": 400, "bleu_every_steps": 400, "eval_every_steps": 200,
              "diagnostics_every_steps": 200, "checkpoint_every_steps": 200},
       tune={"learning_rate": [2.5e-3, 5e-3, 1e-2]},

@@ -30,6 +30,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     complete: they join the reported figure and the paired differences, while
                     the choice stays on `seeds` (more seeds where effects are small, without
                     running them over the whole grid)
+  pairs             optional further (arm, baseline) comparisons by arm name, paired by seed
+                    like the baseline's (the cells of a factorial design)
   arm_values        optional {arm name: values of the tuned field} searched for that arm in
                     place of `tune`'s grid (extended at an edge as usual); a single value runs
                     the arm there only, neither searched nor extended (a control at another
@@ -78,6 +80,7 @@ class Sweep:
   arm_names: tuple[str, ...] = ()
   confirm_seeds: tuple[int, ...] = ()
   arm_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+  pairs: tuple[tuple[str, str], ...] = ()
 
   @property
   def tuned_field(self) -> Optional[str]:
@@ -161,10 +164,14 @@ def check_sweep(sweep: Sweep) -> None:
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")
+  names = [sweep.arm_name(a) for a in arms(sweep)]
+  for pair in sweep.pairs:
+    if len(pair) != 2 or not set(pair) <= set(names) or pair[0] == pair[1]:
+      raise ConfigError(f"pairs holds (arm, baseline) of two different arms; {pair!r} is not "
+                        f"one (arms are {names}).")
   if sweep.arm_values:
     if not sweep.tune:
       raise ConfigError("arm_values replace `tune`'s grid for some arms: they need `tune`.")
-    names = [sweep.arm_name(a) for a in arms(sweep)]
     for name, values in sweep.arm_values.items():
       if name not in names:
         raise ConfigError(f"arm_values names {name!r}, which is not an arm; arms are {names}.")

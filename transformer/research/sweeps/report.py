@@ -72,7 +72,7 @@ def aggregate(sweep: Sweep, workdir: str,
     chosen = {f"{b.arm},{short_name(sweep.tuned_field)}={format_value(b.best)}".removeprefix("base,")
               for b in bests if b.best is not None}
     curve_groups = {g: m for g, m in groups.items() if g in chosen}
-  elif sweep.baseline or sweep.contrast:  # fixed settings, compared paired by seed all the same
+  elif sweep.baseline or sweep.contrast or sweep.pairs:  # fixed settings, paired by seed
     paired = tuning.paired_differences(sweep, tuning.fixed_arms(sweep, results))
     if sweep.arm_names:
       lines += ["", "Arms: " + "; ".join(f"**{n}** = {arm_label(a)}"

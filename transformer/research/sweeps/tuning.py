@@ -229,10 +229,15 @@ def _baselines(sweep: Sweep, bests: list[ArmBest]) -> dict[str, ArmBest]:
 
 
 def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
-  """Every arm against its baseline (see _baselines), paired by seed."""
+  """Every arm against its baseline (see _baselines; an untuned sweep only with a baseline or
+  contrast), then sweep.pairs, paired by seed."""
+  against_baseline = bool(bests) and bool(sweep.tune or sweep.baseline or sweep.contrast)
+  baselines = _baselines(sweep, bests) if against_baseline else {}
+  by_name = {b.name: b for b in bests}
+  pairs = [(b, baselines.get(b.arm)) for b in bests]
+  pairs += [(by_name[arm], by_name[base]) for arm, base in sweep.pairs]
   out = []
-  for b in bests:
-    base = _baselines(sweep, bests).get(b.arm) if bests else None
+  for b, base in pairs:
     if base is None or base is b or (sweep.tune and (b.best is None or base.best is None)):
       continue
     seeds = sorted(set(b.report_by_seed) & set(base.report_by_seed))
