@@ -91,18 +91,25 @@ def _np_entropy(logits, mask):
   return np.array([h[:, i][rows[:, i]].mean() for i in range(h.shape[1])])
 
 
-def test_entropy_and_log_z_match_numpy():
+def _seq2seq(batch, seed):
+  """A 1 + 1-layer encoder-decoder (d_model 32, 2 heads) with a sharp attention scale, 0.5
+  (entropies well below log L), on a padded [2, 6] batch: its params, scale_diagnostics, output
+  logits and sown intermediates. One config and shape for every test, so one compile."""
   cfg = ModelConfig.from_recipe("vaswani2017", vocab_size=16, d_model=32, num_heads=2, d_ff=32,
                                 num_encoder_layers=1, num_decoder_layers=1, max_len=8,
-                                attention_scale=0.5)  # a sharp scale: entropies well below log(L)
+                                attention_scale=0.5)
   model = Transformer(cfg)
-  batch = {"inputs": jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 1]], jnp.int32),
-           "targets": jnp.array([[5, 6, 1, 0, 0, 0], [2, 3, 4, 5, 6, 1]], jnp.int32)}
-  params = model.init(jax.random.PRNGKey(1), batch["inputs"], batch["targets"])["params"]
+  params = model.init(jax.random.PRNGKey(seed), batch["inputs"], batch["targets"])["params"]
   out = diagnostics.scale_diagnostics(model, params, batch)
   logits, state = model.apply({"params": params}, batch["inputs"], batch["targets"],
                               mutable=["intermediates"])
-  inter = state["intermediates"]
+  return params, out, logits, state["intermediates"]
+
+
+def test_entropy_and_log_z_match_numpy():
+  batch = {"inputs": jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 1]], jnp.int32),
+           "targets": jnp.array([[5, 6, 1, 0, 0, 0], [2, 3, 4, 5, 6, 1]], jnp.int32)}
+  params, out, logits, inter = _seq2seq(batch, seed=1)
   for stack, kind in (("encoder", "self_attention"), ("decoder", "self_attention"),
                       ("decoder", "cross_attention")):
     a = inter[stack]["blocks"]["layer_0"][kind]
@@ -136,16 +143,10 @@ def test_translation_rows_first_attention_of_encoder_and_decoder_against_hand_ma
   bidirectional over the real source tokens, the decoder's causal over the real target tokens;
   both masks are built here from the sentence lengths, not taken from the model."""
   d, heads = 32, 2
-  cfg = ModelConfig.from_recipe("vaswani2017", vocab_size=16, d_model=d, num_heads=heads,
-                                d_ff=32, num_encoder_layers=1, num_decoder_layers=1, max_len=8)
-  model = Transformer(cfg)
   src_len, tgt_len = np.array([4, 6]), np.array([3, 6])
   batch = {"inputs": jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 2]], jnp.int32),
            "targets": jnp.array([[5, 6, 2, 0, 0, 0], [2, 3, 4, 5, 6, 2]], jnp.int32)}
-  params = model.init(jax.random.PRNGKey(3), batch["inputs"], batch["targets"])["params"]
-  out = diagnostics.scale_diagnostics(model, params, batch)
-  _, state = model.apply({"params": params}, batch["inputs"], batch["targets"],
-                         mutable=["intermediates"])
+  params, out, _, inter = _seq2seq(batch, seed=3)
   pos = np.arange(6)
   real = lambda n: pos[None, :] < n[:, None]  # noqa: E731  [B, L]
   masks = {"encoder": real(src_len)[:, :, None] & real(src_len)[:, None, :],
@@ -154,9 +155,9 @@ def test_translation_rows_first_attention_of_encoder_and_decoder_against_hand_ma
   references = {"encoder": np.mean(np.log(np.repeat(src_len, src_len))),  # log(len) per query
                 "decoder": np.mean(np.log(np.concatenate([np.arange(1, n + 1) for n in tgt_len])))}
   for stack in ("encoder", "decoder"):
-    a = state["intermediates"][stack]["blocks"]["layer_0"]["self_attention"]
+    a = inter[stack]["blocks"]["layer_0"]["self_attention"]
     q, k = np.asarray(a["q"][0], np.float64), np.asarray(a["k"][0], np.float64)
-    logits = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d // heads)
+    logits = 0.5 * np.einsum("bqhd,bkhd->bhqk", q, k)  # _seq2seq's attention scale
     mask = np.broadcast_to(masks[stack][:, None], logits.shape)
     for h in range(heads):
       key = f"{stack}/layer_0/self_attention/head_{h}"

@@ -164,6 +164,10 @@ def check_sweep(sweep: Sweep) -> None:
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")
+  if sweep.arm_names and (len(sweep.arm_names) != len(arms(sweep))
+                          or len(set(sweep.arm_names)) != len(sweep.arm_names)):
+    raise ConfigError(f"arm_names needs {len(arms(sweep))} distinct names (one per arm), got "
+                      f"{list(sweep.arm_names)}.")
   names = [sweep.arm_name(a) for a in arms(sweep)]
   for pair in sweep.pairs:
     if len(pair) != 2 or not set(pair) <= set(names) or pair[0] == pair[1]:
@@ -177,10 +181,6 @@ def check_sweep(sweep: Sweep) -> None:
         raise ConfigError(f"arm_values names {name!r}, which is not an arm; arms are {names}.")
       if not values or not all(isinstance(v, (int, float)) and v > 0 for v in values):
         raise ConfigError(f"arm_values[{name!r}]={values!r} needs positive numbers.")
-  if sweep.arm_names and (len(sweep.arm_names) != len(arms(sweep))
-                          or len(set(sweep.arm_names)) != len(sweep.arm_names)):
-    raise ConfigError(f"arm_names needs {len(arms(sweep))} distinct names (one per arm), got "
-                      f"{list(sweep.arm_names)}.")
   base = experiment.load_config(sweep.base)
   for field in list(sweep.fixed) + [f for a in sweep.axes for f in a] + list(sweep.tune):
     _get_parent(base, field)  # raises on an unknown field

@@ -1,7 +1,8 @@
 """Each arm at its own best value of a tuned field (the learning rate), chosen on validation,
 reported on a held-out test split, and compared with a baseline arm paired by seed.
 
-An arm is one setting of the sweep's axes. Its searched values start as sweep.tune's grid; when
+An arm is one setting of the sweep's axes. Its searched values start as sweep.tune's grid (or
+its own, sweep.arm_values; a single value is run there and not searched); when
 every seed of every searched value is stored and the best lies on an end of the grid, one more
 value a grid step beyond that end is searched (at most sweep.extend_edges a side). The search
 is computed from the stored results alone, so every process of a sweep and a fresh clone of
@@ -22,7 +23,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from transformer.research.sweeps.grid import Sweep, arm_label, arms, expand, Point
+from transformer.research.sweeps.grid import Overrides, Point, Sweep, arm_label, arms, expand
 from transformer.research.sweeps.stats import mean_std, metric_value
 
 
@@ -97,7 +98,8 @@ def _score(sweep: Sweep, members: list[dict]) -> float:
   return float(np.mean(values)) if values and all(math.isfinite(v) for v in values) else math.inf
 
 
-def _search(sweep: Sweep, arm, stored: dict[float, list[dict]]) -> tuple[list[float], bool]:
+def _search(sweep: Sweep, arm: Overrides,
+            stored: dict[float, list[dict]]) -> tuple[list[float], bool]:
   """An arm's searched values and whether all of them have every seed stored."""
   values = sorted(_round(v) for v in sweep.tune_values(arm))
   low, high = 0, 0
