@@ -40,6 +40,32 @@ def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog):
   assert steps == list(range(1, 13))  # resumed from 5: steps 6..12 re-run, logged once
 
 
+def test_a_crash_in_the_last_evaluation_resumes_at_the_end_and_repeats_only_it(
+    tiny_config, tmp_path, monkeypatch):
+  """The last step's checkpoint is saved before its evaluation: a crash inside it loses no
+  training, and the restart (nothing left to train) runs the evaluation once more."""
+  tiny_config.num_train_steps = 5  # one checkpoint and one evaluation, both at step 5
+  workdir = tmp_path / "w"
+  evaluate = steps.evaluate
+
+  def crash(*args, **kwargs):
+    writers.MetricWriter(str(workdir), resume_step=5).write(5, "eval", {"loss": -1.0})  # half done
+    raise RuntimeError("killed while evaluating")
+
+  monkeypatch.setattr(steps, "evaluate", crash)
+  with pytest.raises(RuntimeError, match="killed while evaluating"):
+    loop.train_and_evaluate(tiny_config, str(workdir))
+  assert checkpoint.Checkpointer(str(workdir)).all_steps() == [5]
+  monkeypatch.setattr(steps, "evaluate", evaluate)
+  final = loop.train_and_evaluate(tiny_config, str(workdir))
+  assert final["step"] == 5 and final["eval"]["loss"] > 0
+  train = writers.read_metrics(str(workdir), "train")
+  assert [r["step"] for r in train] == [1, 2, 3, 4, 5]  # not trained again
+  assert final["train"]["loss"] == pytest.approx(train[-1]["loss"])
+  assert [r["loss"] for r in writers.read_metrics(str(workdir), "eval")] == \
+      [pytest.approx(final["eval"]["loss"])]  # the half-done record replaced, not kept
+
+
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, tmp_path):
   tiny_config.learning_rate = 1e30
   tiny_config.checkpoint_every_steps = 1

@@ -1,10 +1,12 @@
 """The training loop: data -> jitted train_step on the mesh -> logs, evals, checkpoints.
 
 Nothing is lost on a crash: orbax saves the train state, the data iterator and the config
-every `checkpoint_every_steps` (asynchronously) and at the end; a restart with the same
-workdir resumes from the newest good checkpoint and repeats the uninterrupted run exactly
-(the step RNG is fold_in(seed, step) and the data iterator is restored). SIGTERM and SIGINT
-save at the step reached and return. Between logging steps the host never waits on the device.
+every `checkpoint_every_steps` (asynchronously) and at the end, each before its step's
+evaluations (a restart repeats those, so a crash while decoding loses no training); a restart
+with the same workdir resumes from the newest good checkpoint and repeats the uninterrupted
+run exactly (the step RNG is fold_in(seed, step) and the data iterator is restored). SIGTERM
+and SIGINT save at the step reached and return. Between logging steps the host never waits
+on the device.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ from transformer.errors import NonFiniteLossError, TrainingError, one_line
 from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
                                   workdir_checks)
 from transformer.training.losses import LossOutput, summarize
-from transformer.training.writers import MetricWriter
+from transformer.training.writers import MetricWriter, read_metrics
+
+# The splits run_evals writes; at a resumed step they are run again, so their records there are
+# dropped first.
+EVAL_SPLITS = ("eval", "test", "decode")
 
 
 def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.Datasets:
@@ -113,7 +119,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     workdir_checks.check_history(workdir, config)
   if primary:
     checkpoint.write_config(workdir, resolved)
-  writer = MetricWriter(workdir, enabled=primary, resume_step=start_step)
+  writer = MetricWriter(workdir, enabled=primary, resume_step=start_step,
+                        rerun_splits=EVAL_SPLITS)
 
   counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
   # The scale statistics describe the same held-out text at every step (and in every run).
@@ -160,11 +167,48 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     timer = time.perf_counter()
     return summary
 
+  def run_evals(step: int) -> None:
+    """The evaluations due at `step`. They follow the step's checkpoint, so a crash during a
+    long evaluation or decode loses no training: the resumed run repeats them."""
+    nonlocal timer
+    is_last = step == num_steps
+    if step % config.eval_every_steps == 0 or is_last:
+      final["eval"] = steps.evaluate(built.eval, state.params, datasets.eval_batches(), mesh)
+      writer.write(step, "eval", final["eval"])
+      logging.info("step %d eval %s", step, final["eval"])
+      timer = time.perf_counter()  # eval time is not training throughput
+    if is_last and datasets.test_batches() is not None:  # scored once, at the end
+      final["test"] = steps.evaluate(built.eval, state.params, datasets.test_batches(), mesh)
+      writer.write(step, "test", final["test"])
+      logging.info("step %d test %s", step, final["test"])
+      timer = time.perf_counter()
+    if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
+      decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh)
+      final["decode"] = decoded.metrics()
+      examples = decoded.examples_markdown(config.num_decode_examples)
+      writer.write(step, "decode", final["decode"])
+      writer.write_text(step, "decode/examples", examples)
+      logging.info("step %d decode %s\n%s", step, final["decode"], examples)
+      if is_last and "test" in final:  # the reported BLEU: the test split's, once
+        decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh, split="test")
+        final["test"].update(decoded.metrics())
+        final["bleu_signature"] = decoded.bleu.signature
+        writer.write(step, "test", decoded.metrics())
+        logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
+                     final["bleu_signature"])
+      timer = time.perf_counter()
+
   step = start_step
   failed = True
   profile = experiment.profile_window(config)
   profiling = False
   try:
+    if start_step:  # the checkpoint's step may have stopped before or inside its evaluations
+      run_evals(start_step)
+      if start_step == num_steps:  # nothing left to train: the last window's training metrics
+        last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
+        final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
+            if last else {}
     while step < num_steps:
       if signals.stopped_by and stop_signals.any_process(True):
         break
@@ -204,33 +248,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
           final["train"] = summary
           if jax.process_count() > 1 and stop_signals.any_process(bool(signals.stopped_by)):
             signals.stopped_by = signals.stopped_by or "SIGTERM"  # another process's signal
-      if step % config.eval_every_steps == 0 or is_last:
-        final["eval"] = steps.evaluate(built.eval, state.params, datasets.eval_batches(), mesh)
-        writer.write(step, "eval", final["eval"])
-        logging.info("step %d eval %s", step, final["eval"])
-        timer = time.perf_counter()  # eval time is not training throughput
-      if is_last and datasets.test_batches() is not None:  # scored once, at the end
-        final["test"] = steps.evaluate(built.eval, state.params, datasets.test_batches(), mesh)
-        writer.write(step, "test", final["test"])
-        logging.info("step %d test %s", step, final["test"])
-        timer = time.perf_counter()
-      if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
-        decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh)
-        final["decode"] = decoded.metrics()
-        examples = decoded.examples_markdown(config.num_decode_examples)
-        writer.write(step, "decode", final["decode"])
-        writer.write_text(step, "decode/examples", examples)
-        logging.info("step %d decode %s\n%s", step, final["decode"], examples)
-        if is_last and "test" in final:  # the reported BLEU: the test split's, once
-          decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh, split="test")
-          final["test"].update(decoded.metrics())
-          final["bleu_signature"] = decoded.bleu.signature
-          writer.write(step, "test", decoded.metrics())
-          logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
-                       final["bleu_signature"])
-        timer = time.perf_counter()
       if step % config.checkpoint_every_steps == 0 or is_last:
         ckpt.save(step, state, data_iter=train_iter, config=resolved)
+      run_evals(step)
     if step < num_steps:  # stopped by a signal: save where we are, return cleanly
       if pending:
         flush(step)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
@@ -26,13 +26,16 @@ def _number(v: Any) -> Optional[float]:
 class MetricWriter:
   """write(step, split, {name: scalar}) -> a jsonl line and TensorBoard scalars 'split/name'."""
 
-  def __init__(self, workdir: str, enabled: bool = True, resume_step: int = 0):
+  def __init__(self, workdir: str, enabled: bool = True, resume_step: int = 0,
+               rerun_splits: Sequence[str] = ()):
+    """`rerun_splits`: splits whose records at `resume_step` itself the resumed run writes
+    again (those done after the checkpoint was saved)."""
     self.enabled = enabled
     self.path = os.path.join(workdir, METRICS_FILE)
     self._tb = None
     if not enabled:
       return
-    _drop_after(self.path, resume_step)  # steps after the checkpoint will be run again
+    _drop_after(self.path, resume_step, rerun_splits)  # what comes after will be run again
     from tensorboardX import SummaryWriter  # deferred: a heavy import
     self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step + 1)
 
@@ -93,15 +96,16 @@ def _read_records(path: str) -> tuple[list[tuple[str, dict[str, Any]]], Optional
   return out, torn
 
 
-def _drop_after(path: str, step: int) -> None:
-  """Keeps the records of steps <= `step` (a resumed run rewrites what came after) and drops
-  a cut-off last line; the file is replaced atomically."""
+def _drop_after(path: str, step: int, rerun_splits: Sequence[str] = ()) -> None:
+  """Keeps the records of steps <= `step`, less those of `rerun_splits` at `step` (a resumed
+  run rewrites them), and drops a cut-off last line; the file is replaced atomically."""
   if not os.path.exists(path):
     return
   records, _ = _read_records(path)
   tmp = f"{path}.tmp-{os.getpid()}"
   with open(tmp, "w") as f:
-    f.writelines(line + "\n" for line, r in records if r["step"] <= step)
+    f.writelines(line + "\n" for line, r in records
+                 if r["step"] < step or (r["step"] == step and r["split"] not in rerun_splits))
   os.replace(tmp, path)
 
 
