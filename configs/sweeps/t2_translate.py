@@ -8,13 +8,15 @@ test NLL and sacreBLEU of beam search, beam 4) on the German message catalogs:
 
 Each arm is run at its T1 (d_model 128) best rate, 5e-3 for all three, and one neighbour,
 half of it: in the language model the best rate fell as the width grew (E5). The cut to fit
-the 2 cores (a step takes ~4.5 s with two processes, so a run is ~33 minutes): the rates are
+the 2 cores (a run takes 20-33 minutes with two processes sharing them): the rates are
 compared on seed 0 (the choice, on validation NLL), and seeds 1 and 2 are run at the chosen
 rate only (confirm_seeds), so every reported figure and paired difference has 3 seeds. A
 best rate on an end adds up to two rates beyond it (extend_edges=2), also on seed 0: the
 paper's 5e-3 stalled at this width (validation NLL 6.2 after 400 steps, near the unigram
 level, against 3.1 at 2.5e-3), so 1.25e-3 was searched below it, and 6.25e-4 when 1.25e-3
-was best again (2.97).
+was best again (2.97). No scale went the same way (1.25e-3 best, 5.13); convention (2)
+stalled at 5e-3 too and chose 2.5e-3 over 1.25e-3. Results: docs/sweeps/t2_translate and
+docs/findings.md ("T2").
 """
 
 import os
