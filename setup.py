@@ -33,7 +33,13 @@ setuptools.setup(
         # t-intervals of paired differences between sweep arms (already a dependency of jax).
         "scipy>=1.11",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "import-linter>=2.1",
-                             # docs/analysis.ipynb, executed headless in the suite
-                             "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"]},
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "import-linter>=2.1",
+                 # docs/analysis.ipynb, executed headless in the suite
+                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
+        # TPU VMs; on any machine, libtpu also compiles for a TPU topology that is not
+        # attached (scripts/compile.py). jax's own extras pin the matching plugin versions.
+        "tpu": ["jax[tpu]>=0.6,<0.11"],
+        "cuda12": ["jax[cuda12]>=0.6,<0.11"],
+    },
 )

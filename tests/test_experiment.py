@@ -81,6 +81,8 @@ def test_configs_build_their_models(name):
     ("profile_steps", "5,0", "profile_steps='5,0' must be 'START,COUNT'"),
     ("test_fraction", 1.0, "test_fraction=1.0 must be in [0, 1)"),
     ("diagnostics_batches", 0, "diagnostics_batches=0 must be an integer >= 1."),
+    ("fsdp", 0, "fsdp=0 must be -1 (every device) or an integer >= 1"),
+    ("model.dtype", "float16", "model.dtype='float16' needs loss scaling"),
 ])
 def test_validate_finds_each_mistake_before_anything_runs(field, value, message):
   config = experiment.load_config(str(REPO / "configs" / "default.py"))

@@ -81,9 +81,26 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
     assert f"resumes from step {max(kept)}" in str(err.value)
 
 
+def test_a_checkpoint_of_one_mesh_resumes_on_another_to_the_same_params(tiny_config, tmp_path):
+  # The key bias has an exactly-zero true gradient, which Adam turns into +-lr noise.
+  tiny_config.model.use_bias = False
+  tiny_config.log_every_steps = tiny_config.eval_every_steps = 10
+  whole = tmp_path / "whole"
+  loop.train_and_evaluate(tiny_config, str(whole))  # all-data, 10 steps
+  split = tmp_path / "split"
+  tiny_config.num_train_steps, tiny_config.fsdp = 5, 8  # FSDP, saved at step 5 ...
+  loop.train_and_evaluate(tiny_config, str(split))
+  tiny_config.num_train_steps, tiny_config.fsdp = 10, 1  # ... resumed all-data
+  assert loop.train_and_evaluate(tiny_config, str(split))["step"] == 10
+  expected, got = (checkpoint.load_params(str(w))[0] for w in (whole, split))
+  for a, b in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config, tmp_path, devices):
   workdir = tmp_path / "w"
   tiny_config.num_train_steps = 5
+  tiny_config.fsdp = 8  # params and optimizer state saved split over the 8 devices
   loop.train_and_evaluate(tiny_config, str(workdir), devices=devices)
   # The logits of the training process's own (sharded, restored) state ...
   from transformer.training import sharding, steps

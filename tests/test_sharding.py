@@ -8,7 +8,7 @@ from transformer.training import sharding
 
 def test_global_batch_is_split_over_the_data_axis(devices):
   mesh = sharding.make_mesh()
-  assert mesh.axis_names == ("data",) and mesh.devices.size == 8
+  assert mesh.axis_names == ("data", "fsdp") and dict(mesh.shape) == {"data": 8, "fsdp": 1}
   batch = {"inputs": np.arange(16 * 3, dtype=np.int32).reshape(16, 3)}
   arrays = sharding.global_batch(batch, mesh)
   x = arrays["inputs"]
@@ -26,3 +26,27 @@ def test_batch_size_must_divide(devices):
 
 def test_single_process_needs_no_distributed_init():
   sharding.initialize_distributed()  # no flags, no cluster: a no-op
+
+
+def test_param_spec_splits_the_largest_dimension_fsdp_divides():
+  P = sharding.P
+  assert sharding.param_spec((512, 2048), 8) == P(None, "fsdp")
+  assert sharding.param_spec((2048, 512), 8) == P("fsdp")
+  assert sharding.param_spec((30, 64, 8), 8) == P(None, "fsdp")  # 30 does not split 8 ways
+  assert sharding.param_spec((30,), 8) == P()  # nothing splits: replicated
+  assert sharding.param_spec((), 8) == P()  # a step count
+  assert sharding.param_spec((512, 2048), 1) == P()  # all-data
+
+
+def test_an_fsdp_mesh_and_its_mistakes(devices):
+  mesh = sharding.make_mesh(devices, 4)
+  assert dict(mesh.shape) == {"data": 2, "fsdp": 4}
+  assert dict(sharding.make_mesh(devices, -1).shape) == {"data": 1, "fsdp": 8}
+  with pytest.raises(ValueError, match="fsdp=3 must be -1 .* divides the 8 devices"):
+    sharding.make_mesh(devices, 3)
+  x = sharding.global_batch({"t": np.arange(32, dtype=np.int32).reshape(16, 2)}, mesh)["t"]
+  assert all(s.data.shape == (2, 2) for s in x.addressable_shards)  # rows over all 8 devices
+  tree = {"w": np.zeros((8, 6), np.float32), "b": np.zeros((6,), np.float32)}
+  shardings = sharding.tree_shardings(tree, mesh)
+  assert shardings["w"].spec == sharding.P("fsdp") and shardings["b"].spec == sharding.P()
+  assert sharding.replicated_bytes(tree, mesh) == 6 * 4

@@ -36,19 +36,37 @@ def _batches(n, b=16, length=12, seed=0):
   return out
 
 
-def _train(model, tx, lr_fn, devices, batches, **step_kw):
-  mesh = sharding.make_mesh(devices)
+def _compile(model, tx, lr_fn, devices, batch, fsdp=1, **step_kw):
+  """(initial state, jitted step) on a (data, fsdp) mesh of `devices`, laid out as training does."""
+  mesh = sharding.make_mesh(devices, fsdp)
+  init = functools.partial(steps.init_state, model, tx,
+                           batch={k: jnp.asarray(v) for k, v in batch.items()})
+  state_sh = sharding.tree_shardings(jax.eval_shape(init, jax.random.PRNGKey(0)), mesh)
   repl = sharding.replicated(mesh)
-  state = jax.jit(functools.partial(steps.init_state, model, tx), out_shardings=repl)(
-      jax.random.PRNGKey(0), {k: jnp.asarray(v) for k, v in batches[0].items()})
-  step = jax.jit(steps.make_train_step(model, tx, lr_fn, label_smoothing=0.1, **step_kw),
-                 in_shardings=(repl, sharding.batch_sharding(mesh), repl),
-                 out_shardings=(repl, repl))
+  state = jax.jit(init, out_shardings=state_sh)(jax.random.PRNGKey(0))
+  step = jax.jit(steps.make_train_step(model, tx, lr_fn, label_smoothing=0.1, mesh=mesh, **step_kw),
+                 in_shardings=(state_sh, sharding.batch_sharding(mesh), repl),
+                 out_shardings=(state_sh, repl))
+  return mesh, state, step
+
+
+def _train(model, tx, lr_fn, devices, batches, fsdp=1, **step_kw):
+  mesh, state, step = _compile(model, tx, lr_fn, devices, batches[0], fsdp, **step_kw)
   losses = []
   for batch in batches:
     state, metrics = step(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1))
     losses.append(float(metrics["loss_sum"] / metrics["weight_sum"]))
   return losses, sharding.to_host(state.params)
+
+
+def _compiled(model, tx, lr_fn, devices, batch, fsdp=1, **step_kw):
+  mesh, state, step = _compile(model, tx, lr_fn, devices, batch, fsdp, **step_kw)
+  return step.lower(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1)).compile()
+
+
+def _flops(compiled) -> float:
+  cost = compiled.cost_analysis()
+  return (cost[0] if isinstance(cost, list) else cost)["flops"]
 
 
 @pytest.mark.parametrize("model_cls", [Transformer, DecoderOnly])
@@ -73,6 +91,56 @@ def test_gradient_accumulation_equals_one_big_batch(devices):
   accum, p_accum = _train(model, tx, lr_fn, devices[:2], batches, grad_accum_steps=4)
   np.testing.assert_allclose(accum, full, rtol=1e-5)
   for a, b in zip(jax.tree_util.tree_leaves(p_full), jax.tree_util.tree_leaves(p_accum)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("fsdp", [8, 4])  # fsdp 8; data 2 x fsdp 4
+def test_fsdp_computes_what_one_device_computes(devices, fsdp):
+  model, tx, lr_fn = _setup()
+  batches = _batches(5)
+  one, p1 = _train(model, tx, lr_fn, devices[:1], batches)
+  sharded, p8 = _train(model, tx, lr_fn, devices, batches, fsdp=fsdp)
+  np.testing.assert_allclose(sharded, one, rtol=1e-5)
+  for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p8)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_fsdp_splits_params_and_optimizer_state_over_the_devices(devices):
+  model, tx, lr_fn = _setup()
+  batch = _batches(1)[0]
+  _, state, _ = _compile(model, tx, lr_fn, devices, batch, fsdp=8)
+  # Every weight, and Adam's moments of it, is split 8 ways along one dimension.
+  for x in jax.tree_util.tree_leaves((state.params, state.opt_state)):
+    if x.ndim:
+      assert x.addressable_shards[0].data.size * 8 == x.size, x.shape
+  memory = {fsdp: _compiled(model, tx, lr_fn, devices, batch, fsdp).memory_analysis()
+            for fsdp in (1, 8)}
+  assert memory[8].argument_size_in_bytes * 6 <= memory[1].argument_size_in_bytes
+
+
+def test_gradient_accumulation_keeps_each_device_on_its_own_rows(devices):
+  # micro_batches: micro-batch j takes rows j*m.. of each device's block.
+  rows = {"x": np.arange(16)}
+  np.testing.assert_array_equal(steps.micro_batches(rows, 2, shards=4)["x"],
+                                [[0, 1, 4, 5, 8, 9, 12, 13], [2, 3, 6, 7, 10, 11, 14, 15]])
+  model, tx, lr_fn = _setup(optimizer="sgd")
+  model = Transformer(model.config.replace(dropout_rate=0.0))
+  batches = _batches(2, b=64)
+  accum = _compiled(model, tx, lr_fn, devices, batches[0], grad_accum_steps=4)
+  # XLA's cost analysis counts a loop body once: the accumulating step's count is one
+  # micro-batch's work (plus the update), i.e. the step without accumulation at a quarter of
+  # the batch. A device that computed every device's micro-batch rows would count 4x that.
+  quarter = _compiled(model, tx, lr_fn, devices, {k: v[:16] for k, v in batches[0].items()})
+  assert abs(_flops(accum) / _flops(quarter) - 1) < 0.1
+  # No device fetches another's rows: the gradient's all-reduce is the only collective.
+  hlo = accum.as_text()
+  assert "all-reduce" in hlo
+  for other in ("all-gather", "all-to-all", "collective-permute", "reduce-scatter"):
+    assert other not in hlo
+  full, p_full = _train(model, tx, lr_fn, devices, batches)
+  acc, p_acc = _train(model, tx, lr_fn, devices, batches, grad_accum_steps=4)
+  np.testing.assert_allclose(acc, full, rtol=1e-5)
+  for a, b in zip(jax.tree_util.tree_leaves(p_full), jax.tree_util.tree_leaves(p_acc)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
@@ -115,3 +183,26 @@ def test_chunked_loss_equals_the_whole_loss(devices, model_cls):
     np.testing.assert_allclose(a, b, rtol=1e-5)
   for a, b in zip(jax.tree_util.tree_leaves(g_whole), jax.tree_util.tree_leaves(g_chunked)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_bfloat16_computes_in_bfloat16_on_float32_params_and_state(devices):
+  """Mixed precision: matmuls take bf16 operands; params, Adam's moments, the logits and
+  the loss stay float32; a step lands near the float32 step."""
+  model32, tx, lr_fn = _setup()
+  model16 = Transformer(model32.config.replace(dtype="bfloat16", dropout_rate=0.0))
+  model32 = Transformer(model32.config.replace(dropout_rate=0.0))
+  batch = {k: jnp.asarray(v) for k, v in _batches(1)[0].items()}
+  state = steps.init_state(model16, tx, jax.random.PRNGKey(0), batch)
+  assert {x.dtype for x in jax.tree_util.tree_leaves((state.params, state.opt_state))
+          if x.ndim} == {jnp.dtype("float32")}
+  from transformer.models import apply_model
+  assert apply_model(model16, state.params, batch).dtype == jnp.float32
+  jaxpr = str(jax.make_jaxpr(lambda p: apply_model(model16, p, batch))(state.params))
+  assert "bf16" in jaxpr and "preferred_element_type=float32" in jaxpr
+  out = {}
+  for name, model in (("bf16", model16), ("f32", model32)):
+    new, metrics = jax.jit(steps.make_train_step(model, tx, lr_fn))(state, batch,
+                                                                     jax.random.PRNGKey(1))
+    out[name] = float(metrics["loss_sum"] / metrics["weight_sum"])
+    assert {x.dtype for x in jax.tree_util.tree_leaves(new.params)} == {jnp.dtype("float32")}
+  assert out["bf16"] == pytest.approx(out["f32"], rel=2e-2)

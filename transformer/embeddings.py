@@ -9,6 +9,8 @@ and the output knob `logits_scale` multiplies the pre-softmax logits h.E^T (or h
 
 from __future__ import annotations
 
+import functools
+
 from typing import Optional
 
 import flax.linen as nn
@@ -52,9 +54,11 @@ class TokenEmbedding(nn.Module):
     return jnp.take(self.embedding, tokens, axis=0).astype(self.config.compute_dtype)
 
   def attend(self, x: jax.Array) -> jax.Array:
-    """x float[B, L, d] -> x @ E^T float[B, L, vocab] (unscaled)."""
+    """x float[B, L, d] -> x @ E^T float32[B, L, vocab] (unscaled): operands in the compute
+    dtype, products summed in float32 (the loss's log-softmax reads them at full precision)."""
     dtype = self.config.compute_dtype
-    return jnp.einsum("bld,vd->blv", x.astype(dtype), self.embedding.astype(dtype))
+    return jnp.einsum("bld,vd->blv", x.astype(dtype), self.embedding.astype(dtype),
+                      preferred_element_type=jnp.float32)
 
 
 class InputEmbedding(nn.Module):
@@ -109,6 +113,8 @@ class OutputLogits(nn.Module):
     else:
       logits = nn.Dense(self.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
                         param_dtype=cfg.params_dtype,
+                        dot_general=functools.partial(jax.lax.dot_general,
+                                                      preferred_element_type=jnp.float32),
                         kernel_init=nn.initializers.xavier_uniform(), name="kernel")(h)
     scale = logits_scale_value(cfg)
     return logits if scale == 1.0 else logits * scale

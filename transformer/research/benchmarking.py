@@ -95,17 +95,14 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   cfg = experiment.model_config(config, vocab_size=vocab)
   decoder_only = config.model_type == "lm"
   model = experiment.build_model(config, cfg)
-  mesh = sharding.make_mesh(jax.local_devices())
+  mesh = sharding.make_mesh(jax.local_devices(), config.get("fsdp", 1))
   built = steps_lib.build_steps(config, model, mesh)
-  repl = sharding.replicated(mesh)
   B, L = config.batch_size, config.max_len
   rng = np.random.default_rng(0)
   host = {k: rng.integers(3, vocab, (B, L)).astype(np.int32)
           for k in (("targets",) if decoder_only else ("inputs", "targets"))}
   batch = sharding.global_batch(host, mesh)
-  state = jax.jit(functools.partial(steps_lib.init_state, model, built.optimizer),
-                  out_shardings=repl)(
-      jax.random.PRNGKey(0), batch)
+  state = built.init(jax.random.PRNGKey(0))
   tokens_per_step = B * L * len(host)
   result = {
       "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}",

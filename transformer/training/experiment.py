@@ -79,6 +79,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data_threads = 2
   c.data_prefetch = 4
   c.batch_size = 64  # global, over all devices and hosts
+  # The mesh's fsdp axis: 1 = every device a data-parallel replica (params replicated);
+  # N = params, gradients and optimizer state split N ways (FSDP); -1 = over every device.
+  c.fsdp = 1
   c.max_len = 32  # tokens per row (inputs and targets)
   c.seed = 0
   c.update(default_optimizer_fields())
@@ -165,10 +168,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.z_loss < 0:
     raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
+  fsdp = config.get("fsdp", 1)
+  if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
+    raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
+                      "(1 = all-data).")
   profile_window(config)
   optimizers.make_optimizer(config)  # the optimizer fields and the schedule
   # The model's own checks, with a stand-in vocabulary (the data's comes later).
   model = model_config(config, config.model.vocab_size or NUM_RESERVED + 1)
+  if model.dtype == "float16":
+    raise ConfigError("model.dtype='float16' needs loss scaling, which training does not do; "
+                      "use model.dtype='bfloat16' (float32 range, no scaling needed).")
   if config.max_len > model.max_len and model.posemb in ("sinusoidal", "learned"):
     raise ConfigError(f"Rows of max_len={config.max_len} tokens exceed the model's position "
                       f"table (model.max_len={model.max_len}); raise model.max_len or lower "

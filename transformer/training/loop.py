@@ -11,7 +11,6 @@ on the device.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import time
@@ -80,7 +79,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   has_checkpoints = bool(checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir)))
   workdir_checks.check_resumable(workdir, config, model_config, has_checkpoints)
 
-  mesh = sharding.make_mesh(devices)
+  mesh = sharding.make_mesh(devices, config.fsdp)
   sharding.check_batch_size(config.batch_size, mesh)
   if config.batch_size % (config.grad_accum_steps * mesh.devices.size):
     raise TrainingError(f"batch_size={config.batch_size} must split into grad_accum_steps="
@@ -92,9 +91,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   model = experiment.build_model(config, model_config)
   built = steps.build_steps(config, model, mesh)
   init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
-  shape_batch = {k: jnp.ones((1, config.max_len), jnp.int32) for k in datasets.input_key_names}
-  state = jax.jit(functools.partial(steps.init_state, model, built.optimizer),
-                  out_shardings=sharding.replicated(mesh))(init_rng, shape_batch)
+  state = built.init(init_rng)
 
   resolved["summary"] = model_summary.summarize(state.params, model_config, config.max_len,
                                                 decoder_only=config.model_type == "lm")

@@ -33,6 +33,11 @@ class LossOutput(NamedTuple):
   weight_sum: jax.Array
   log_z: jax.Array | None = None
 
+  @classmethod
+  def zeros(cls) -> "LossOutput":
+    """Zero sums (log_z None): the start of a running total."""
+    return cls(*([jnp.zeros((), jnp.float32)] * 5))
+
 
 def _smoothed_entropy(vocab_size: int, label_smoothing: float) -> float:
   """Entropy of the smoothed target distribution (1 - eps on the target, eps/(V-1) elsewhere)."""

@@ -1,12 +1,17 @@
-"""Data parallelism over every device of every host: one Mesh with a 'data' axis.
+"""The mesh: a 'data' axis and an 'fsdp' axis over every device of every host.
 
-The program is pmap's SPMD program written with jit + NamedSharding: params are replicated,
-batches are split along their first axis, and the loss is a sum over the *global* batch, so
-XLA inserts the gradient all-reduce. One code path serves 1 CPU, 8 GPUs and a multi-host pod.
+Batches are split along their first axis over both axes (every device gets its own rows). On
+the 'data' axis alone (fsdp=1, the default) params and optimizer state are replicated: pmap's
+SPMD program written with jit + NamedSharding, XLA all-reducing the gradient. With fsdp=N each
+weight is also split N ways along its largest dimension that N divides (`param_spec`), and so
+are its gradient and optimizer state; XLA gathers a weight where a layer needs it and
+reduce-scatters its gradient. The loss is a sum over the *global* batch, so the update is the
+same on 1 device or 256, whatever the mesh. One code path serves 1 CPU, 8 GPUs and a pod.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence
 
 import jax
@@ -17,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from transformer.errors import ConfigError
 
 DATA_AXIS = "data"
+FSDP_AXIS = "fsdp"
 
 
 def initialize_distributed(coordinator_address: Optional[str] = None,
@@ -42,10 +48,30 @@ def _on_cluster() -> bool:
   return slurm or tpu_pod
 
 
-def make_mesh(devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
-  """A 1-D mesh over `devices` (default: all devices of all processes)."""
-  devices = jax.devices() if devices is None else devices
-  return Mesh(np.asarray(devices), (DATA_AXIS,))
+def make_mesh(devices: Optional[Sequence[Any]] = None, fsdp: int = 1) -> Mesh:
+  """A (data, fsdp) mesh over `devices` (default: all devices of all processes).
+
+  fsdp: the size of the 'fsdp' axis (1 = all-data; -1 = every device); it must divide the
+  device count. `devices` may be those of a target that is not attached (a TPU topology).
+  Devices keep their order (each process's devices next to each other, so its batch rows
+  are one block), the fsdp axis innermost: a weight is gathered between neighbours.
+  """
+  devices = jax.devices() if devices is None else list(devices)
+  n = len(devices)
+  fsdp = n if fsdp == -1 else fsdp
+  if not isinstance(fsdp, int) or fsdp < 1 or n % fsdp:
+    raise ConfigError(f"fsdp={fsdp} must be -1 (every device) or an integer >= 1 that divides "
+                      f"the {n} devices; set --config.fsdp accordingly.")
+  return Mesh(np.asarray(devices, dtype=object).reshape(n // fsdp, fsdp), (DATA_AXIS, FSDP_AXIS))
+
+
+def batch_axes(mesh: Mesh) -> tuple[str, ...]:
+  """The mesh axes a batch's rows are split over (every axis of a data/fsdp mesh)."""
+  return tuple(a for a in (DATA_AXIS, FSDP_AXIS) if a in mesh.axis_names)
+
+
+def fsdp_size(mesh: Mesh) -> int:
+  return dict(mesh.shape).get(FSDP_AXIS, 1)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -53,8 +79,39 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  """Split the leading (batch) axis over the data axis."""
-  return NamedSharding(mesh, P(DATA_AXIS))
+  """Split the leading (batch) axis over every device of the mesh."""
+  return NamedSharding(mesh, P(batch_axes(mesh)))
+
+
+def param_spec(shape: Sequence[int], fsdp: int) -> P:
+  """Where an array of `shape` lives on an fsdp-way axis: split along its largest dimension
+  that fsdp divides (the first such, on a tie); replicated if none does, or fsdp is 1.
+
+  One rule for params, their gradients and every optimizer-state array: Adam's moments have
+  their param's shape and so its layout; scalars (the step count) stay replicated.
+  """
+  if fsdp == 1:
+    return P()
+  fits = [i for i, size in enumerate(shape) if size % fsdp == 0]
+  if not fits:
+    return P()
+  axis = max(fits, key=lambda i: (shape[i], -i))
+  return P(*([None] * axis + [FSDP_AXIS]))
+
+
+def tree_shardings(tree: Any, mesh: Mesh) -> Any:
+  """NamedSharding of every array leaf of `tree` (arrays or ShapeDtypeStructs), by `param_spec`."""
+  fsdp = fsdp_size(mesh)
+  return jax.tree_util.tree_map(lambda x: NamedSharding(mesh, param_spec(x.shape, fsdp)), tree)
+
+
+def replicated_bytes(tree: Any, mesh: Mesh) -> int:
+  """Bytes of the leaves that `tree_shardings` leaves whole on every device (with fsdp > 1,
+  arrays no dimension of which the fsdp size divides)."""
+  fsdp = fsdp_size(mesh)
+  return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize
+             for x in jax.tree_util.tree_leaves(tree)
+             if fsdp > 1 and x.shape and param_spec(x.shape, fsdp) == P())
 
 
 def check_batch_size(batch_size: int, mesh: Mesh) -> None:
@@ -72,5 +129,10 @@ def global_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
 
 
 def to_host(tree: Any) -> Any:
-  """Fully replicated (or fully addressable) arrays -> numpy on this host."""
-  return jax.tree_util.tree_map(lambda x: np.asarray(jax.device_get(x)), tree)
+  """Arrays -> numpy on this host (sharded over several processes: gathered first)."""
+  def fetch(x):
+    if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+      from jax.experimental import multihost_utils
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+  return jax.tree_util.tree_map(fetch, tree)

@@ -5,11 +5,14 @@ train_step(state, batch, rng) -> (state, metrics); eval_step(params, batch) -> L
 The loss is `losses.cross_entropy` summed over the global batch and divided by its token count,
 so the gradient is the same on 1 device or 256 (XLA all-reduces the sums). Gradient
 accumulation splits the batch into micro-batches, sums their gradients, and makes one update:
-exactly the update of the whole batch, in less memory.
+exactly the update of the whole batch, in less memory. On a mesh, micro-batch j is a slice of
+every device's own rows (no device computes another's), and gradients take the layout of
+their params (`sharding.tree_shardings`: replicated, or split over the fsdp axis).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import flax.linen as nn
@@ -17,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from transformer.models import DecoderOnly, apply_model
 from transformer.training import losses, optimizers, sharding
@@ -65,8 +68,7 @@ def loss_sums(model: nn.Module, params: Any, batch: Batch, *, deterministic: boo
   def body(total, xs):
     return jax.tree_util.tree_map(jnp.add, total, chunk(*xs)), None
 
-  zeros = losses.LossOutput(*([jnp.zeros((), jnp.float32)] * 5))
-  total, _ = jax.lax.scan(body, zeros, (jnp.moveaxis(hidden, 1, 0), jnp.moveaxis(targets, 1, 0)))
+  total, _ = jax.lax.scan(body, losses.LossOutput.zeros(), (jnp.moveaxis(hidden, 1, 0), jnp.moveaxis(targets, 1, 0)))
   return total
 
 
@@ -76,39 +78,66 @@ def _sum_loss(model, params, batch, rng, label_smoothing, z_loss, chunk_size):
   return out.loss_sum, out
 
 
+def micro_batches(batch: Batch, num_micro: int, shards: int = 1) -> Batch:
+  """Each array [B, ...] -> [num_micro, B / num_micro, ...] such that micro-batch j holds rows
+  j*m .. (j+1)*m - 1 of each of the `shards` consecutive blocks of B / shards rows (a device's
+  rows on the mesh; m = B / (shards * num_micro)): every device computes only its own rows."""
+  def split(x):
+    m = x.shape[0] // (shards * num_micro)
+    x = x.reshape(shards, num_micro, m, *x.shape[1:])
+    return jnp.swapaxes(x, 0, 1).reshape(num_micro, shards * m, *x.shape[3:])
+  return jax.tree_util.tree_map(split, batch)
+
+
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     learning_rate_fn: Callable[[jax.Array], jax.Array], *,
                     label_smoothing: float = 0.0, z_loss: float = 0.0,
-                    grad_accum_steps: int = 1,
-                    loss_chunk_size: int = 0) -> Callable[..., tuple[TrainState, dict]]:
+                    grad_accum_steps: int = 1, loss_chunk_size: int = 0,
+                    mesh: Optional[Mesh] = None) -> Callable[..., tuple[TrainState, dict]]:
   """train_step(state, batch, rng) -> (state, metrics); the step's dropout key is fold_in(rng, step).
 
   metrics: the `losses.LossOutput` sums of the batch (loss_sum, nll_sum, z_loss_sum,
   correct_sum, weight_sum) and grad_norm, param_norm, learning_rate (of this update).
+  With `mesh`, gradients are constrained to their params' layout (an fsdp mesh reduce-scatters
+  them) and micro-batches to the devices' own rows.
   """
-  grad_fn = jax.value_and_grad(_sum_loss, argnums=1, has_aux=True)
+  gather = mesh is not None and sharding.fsdp_size(mesh) > 1
+
+  def loss(params, batch, rng):
+    if gather:  # FSDP: each weight whole where it is used; its gradient goes back split
+      params = jax.lax.with_sharding_constraint(params, sharding.replicated(mesh))
+    return _sum_loss(model, params, batch, rng, label_smoothing, z_loss, loss_chunk_size)
+
+  grad_fn = jax.value_and_grad(loss, has_aux=True)
+
+  def like_params(tree: Any) -> Any:
+    if mesh is None:
+      return tree
+    return jax.lax.with_sharding_constraint(tree, sharding.tree_shardings(tree, mesh))
 
   def train_step(state: TrainState, batch: Batch, rng: jax.Array):
     step_rng = jax.random.fold_in(rng, state.step)  # a resumed run repeats an uninterrupted one
     if grad_accum_steps == 1:
-      (_, out), grads = grad_fn(model, state.params, batch, step_rng, label_smoothing, z_loss,
-                                loss_chunk_size)
+      (_, out), grads = grad_fn(state.params, batch, step_rng)
     else:
-      micro = jax.tree_util.tree_map(
-          lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
-          batch)
+      shards = 1 if mesh is None else mesh.devices.size
+      micro = micro_batches(batch, grad_accum_steps, shards)
+      if mesh is not None:
+        micro = jax.lax.with_sharding_constraint(
+            micro, NamedSharding(mesh, P(None, sharding.batch_axes(mesh))))
 
       def accumulate(carry, xs):
         i, mb = xs
-        (_, o), g = grad_fn(model, state.params, mb, jax.random.fold_in(step_rng, i),
-                            label_smoothing, z_loss, loss_chunk_size)
-        return jax.tree_util.tree_map(jnp.add, carry, (o, g)), None
+        (_, o), g = grad_fn(state.params, mb, jax.random.fold_in(step_rng, i))
+        loss_total, grad_total = jax.tree_util.tree_map(jnp.add, carry, (o, like_params(g)))
+        return (loss_total, like_params(grad_total)), None
 
-      zeros = (losses.LossOutput(*([jnp.zeros((), jnp.float32)] * 5)),
-               jax.tree_util.tree_map(jnp.zeros_like, state.params))
+      zeros = (losses.LossOutput.zeros(),
+               like_params(jax.tree_util.tree_map(jnp.zeros_like, state.params)))
       (out, grads), _ = jax.lax.scan(accumulate, zeros,
                                      (jnp.arange(grad_accum_steps), micro))
       out = out._replace(log_z=None)
+    grads = like_params(grads)
     # Mean over the batch's tokens: gradients of sums, divided once by the global count.
     denom = jnp.maximum(out.weight_sum, 1.0)
     grads = jax.tree_util.tree_map(lambda g: g / denom, grads)
@@ -154,29 +183,38 @@ class Steps(NamedTuple):
   train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics), state donated
   eval: Callable[[Any, Batch], losses.LossOutput]  # (params, batch) -> sums
   grads: Callable[[Any, Batch, jax.Array], Any]  # (params, batch, rng) -> grads (diagnostics)
+  init: Callable[[jax.Array], TrainState]  # rng -> a fresh state, laid out as state_shardings
+  state_shardings: TrainState  # a NamedSharding per array of the state, on the mesh
   optimizer: optax.GradientTransformation
   learning_rate_fn: Callable[[jax.Array], jax.Array]
 
 
 def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh) -> Steps:
-  """The train, eval and diagnostics-gradient steps of an experiment config on `mesh`.
+  """The init, train, eval and diagnostics-gradient steps of an experiment config on `mesh`.
 
   Every step takes its loss from the config alike: label_smoothing, z_loss and
   loss_chunk_size, so the eval loss is the training objective on held-out data (nll is the
-  plain cross-entropy). Params replicated, batches split over the mesh's data axis.
+  plain cross-entropy). Batches are split over every device; params, gradients and
+  optimizer state are laid out by `sharding.tree_shardings` (replicated on an all-data mesh,
+  split over the fsdp axis otherwise); the state is donated to the train step.
   """
   tx = optimizers.make_optimizer(config)
   lr_fn = optimizers.learning_rate_fn(config)
   loss = dict(label_smoothing=config.label_smoothing, z_loss=config.z_loss)
+  # Any [1, max_len] rows fix the param shapes (a decoder-only model reads only 'targets').
+  rows = {k: jnp.ones((1, config.max_len), jnp.int32) for k in ("inputs", "targets")}
+  init_fn = functools.partial(init_state, model, tx, batch=rows)
+  state_sh = sharding.tree_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), mesh)
   repl, data = sharding.replicated(mesh), sharding.batch_sharding(mesh)
   train = jax.jit(
       make_train_step(model, tx, lr_fn, grad_accum_steps=config.grad_accum_steps,
-                      loss_chunk_size=config.loss_chunk_size, **loss),
-      in_shardings=(repl, data, repl), out_shardings=(repl, repl), donate_argnums=0)
+                      loss_chunk_size=config.loss_chunk_size, mesh=mesh, **loss),
+      in_shardings=(state_sh, data, repl), out_shardings=(state_sh, repl), donate_argnums=0)
   eval_step = jax.jit(make_eval_step(model, loss_chunk_size=config.loss_chunk_size, **loss),
-                      in_shardings=(repl, data), out_shardings=repl)
+                      in_shardings=(state_sh.params, data), out_shardings=repl)
   grads = jax.jit(make_grads_fn(model, **loss))
-  return Steps(train, eval_step, grads, tx, lr_fn)
+  init = jax.jit(init_fn, out_shardings=state_sh)
+  return Steps(train, eval_step, grads, init, state_sh, tx, lr_fn)
 
 
 def evaluate(eval_step: Callable[[Any, Batch], losses.LossOutput], params: Any,

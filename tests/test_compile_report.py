@@ -1,0 +1,105 @@
+"""The compile report: a tiny config compiled for an absent TPU topology, its fields against
+hand values (state bytes, the analytic FLOPs), and the HLO collective parser."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import REPO
+from transformer.errors import ConfigError
+from transformer.research import compile_report
+from transformer.training import experiment
+
+TARGET = "v5e:2x2"  # 4 chips
+
+
+@pytest.fixture(scope="module")
+def tpu():
+  try:
+    compile_report.target_devices(TARGET)
+  except ConfigError as e:
+    pytest.skip(f"no TPU compiler here: {e}")
+
+
+def _tiny(fsdp):
+  config = experiment.load_config(str(REPO / "configs" / "default.py"))
+  # Sizes in multiples of 128: TPU tiles pad smaller arrays, which would count in memory.
+  config.model = experiment.model_fields(
+      "vaswani2017", vocab_size=512, d_model=128, num_heads=1, d_ff=512, num_encoder_layers=1,
+      num_decoder_layers=1, dropout_rate=0.0, dtype="bfloat16", use_bias=False)
+  config.batch_size, config.max_len, config.fsdp = 32, 32, fsdp
+  return config
+
+
+def _hand_state_bytes(params, devices, fsdp):
+  """Params, Adam's two moments of each (float32) and 3 int32 scalars (step, 2 counts): a
+  weight is split over fsdp devices when one of its dimensions is a multiple of fsdp."""
+  total = 0
+  for x in jax.tree_util.tree_leaves(params):
+    n = math.prod(x.shape)
+    total += 3 * 4 * (n // fsdp if any(d % fsdp == 0 for d in x.shape) else n)
+  return total + 3 * 4
+
+
+@pytest.mark.parametrize("fsdp", [1, 4])
+def test_a_tiny_config_compiled_for_a_tpu_topology_reports_hand_values(tpu, fsdp):
+  report = compile_report.compile_report(_tiny(fsdp), TARGET)
+  assert report["devices"] == 4 and report["mesh"] == {"data": 4 // fsdp, "fsdp": fsdp}
+  cfg = experiment.model_config(_tiny(fsdp), 512)
+  params = jax.eval_shape(lambda: experiment.build_model(_tiny(fsdp), cfg).init(
+      jax.random.PRNGKey(0), np.ones((1, 32), np.int32), np.ones((1, 32), np.int32)))["params"]
+  state = _hand_state_bytes(params, 4, fsdp)
+  rows = 2 * 32 // 4 * 32 * 4  # this device's inputs and targets, int32
+  assert report["state_bytes_per_device"] == state
+  # The arguments are the state and the batch (TPU tiles pad the rows, the rng and the
+  # scalars to 128 lanes: under 2% here; a weight replicated by mistake would be 4x).
+  assert report["memory_bytes"]["arguments"] == pytest.approx(state + rows, rel=0.02)
+  assert report["memory_bytes"]["aliased"] >= 0.99 * state  # the donated state is reused
+  flops = report["flops_per_device"]
+  assert flops["analytic"] == pytest.approx(
+      3 * 32 * 32 * (2 * 128 * 512 + 1 * (8 * 128 * 128 + 4 * 128 * 512 + 4 * 32 * 128)  # out, enc
+                     + 1 * (8 * 128 * 128 + 4 * 128 * 512 + 4 * 32 * 128  # decoder self
+                            + 8 * 128 * 128 + 4 * 32 * 128)) / 4)  # cross
+  assert flops["xla"] == pytest.approx(flops["analytic"], rel=0.1)
+  kinds = set(report["collectives"])
+  assert "all-reduce" in kinds or "reduce-scatter" in kinds  # the gradient
+  assert ("all-gather" in kinds) == (fsdp > 1)  # FSDP gathers its weights
+  assert report["fits"] and 0 < report["mfu_estimate"] < 1
+  assert "cloud.google.com/tpu/docs/v5e" in compile_report.format_report(report)
+
+
+def test_collectives_are_counted_with_the_bytes_of_their_results():
+  hlo = """
+  %all-reduce.1 = (f32[2,16]{1,0}, bf16[8]{0}) all-reduce(%a, %b), channel_id=1
+  %all-gather-start = (f32[4]{0}, f32[16]{0}) all-gather-start(%c), dimensions={0}
+  %all-gather-done = f32[16]{0:T(128)} all-gather-done(%all-gather-start)
+  %x = f32[4]{0} add(%all-reduce.1, %y)
+  %reduce-scatter.2 = s32[3,5]{1,0} reduce-scatter(%z), dimensions={0}
+  """
+  assert compile_report.collectives(hlo) == {
+      "all-reduce": {"count": 1, "bytes": 2 * 16 * 4 + 8 * 2},
+      "all-gather": {"count": 1, "bytes": 16 * 4},
+      "reduce-scatter": {"count": 1, "bytes": 15 * 4}}
+
+
+def test_an_unknown_target_is_one_line():
+  with pytest.raises(ConfigError, match="Unknown target 'v9x:2x2'"):
+    compile_report.target_devices("v9x:2x2")
+
+
+def test_an_h100_host_compiles_without_a_gpu_and_its_arguments_are_the_state_and_rows():
+  try:
+    compile_report.target_devices("h100:4")
+  except ConfigError as e:
+    pytest.skip(f"no CUDA compiler here: {e}")
+  report = compile_report.compile_report(_tiny(4), "h100:4")
+  cfg = experiment.model_config(_tiny(4), 512)
+  params = jax.eval_shape(lambda: experiment.build_model(_tiny(4), cfg).init(
+      jax.random.PRNGKey(0), np.ones((1, 32), np.int32), np.ones((1, 32), np.int32)))["params"]
+  # No tiles on a GPU: the state split 4 ways and this device's rows (without dropout the
+  # rng is unused, and XLA drops it).
+  assert report["memory_bytes"]["arguments"] == _hand_state_bytes(params, 4, 4) + 2 * 8 * 32 * 4
+  assert report["flops_per_device"]["xla"] is None  # XLA:GPU gives no cost analysis
+  assert "reduce-scatter" in report["collectives"]  # FSDP's gradient
