@@ -88,8 +88,10 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
 def _parse_flags(argv: Sequence[str]) -> list[str]:
   """absl's flag parsing, except that a UserError raised by a config file's get_config (as
   configs/lm.py:NAME does for an unknown recipe) ends as its own one line: config_flags hands
-  it to absl as the text of its traceback, whose last line is `transformer.errors.CLASS: MSG`."""
-  from absl import app, flags
+  it to absl as the text of its traceback, whose last line is `transformer.errors.CLASS: MSG`.
+  A bad value of a --config override is one line naming the flag, its value and the cause
+  (ml_collections' "invalid literal for int()"); any other flag error keeps absl's report."""
+  from absl import flags
 
   try:
     return flags.FLAGS(list(argv))
@@ -100,7 +102,14 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
     cls = globals().get(name) if last.startswith(prefix) else None
     if isinstance(cls, type) and issubclass(cls, UserError):
       exit_with(message)
-  return app.parse_flags_with_usage(list(argv))  # absl's own report of any other flag error
+    text = " ".join(str(e).split())
+    if text.startswith("flag --config."):  # IllegalFlagValueError of an override
+      exit_with(f"bad --config or override: {text[len('flag '):]}")
+    # absl's own report (app.parse_flags_with_usage), without parsing again: a second parse
+    # would define the config's override flags twice and report that instead.
+    sys.stderr.write(f"FATAL Flags parsing error: {text}\n"
+                     "Pass --helpshort or --helpfull to see help on flags.\n")
+    sys.exit(1)
 
 
 def _without_closed_loop_noise(hook: Callable[[Any], None]) -> Callable[[Any], None]:

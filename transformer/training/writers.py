@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
+from transformer.checkpoint.config_file import write_atomically
 from transformer.errors import RunError
 
 METRICS_FILE = "metrics.jsonl"
@@ -102,11 +103,9 @@ def _drop_after(path: str, step: int, rerun_splits: Sequence[str] = ()) -> None:
   if not os.path.exists(path):
     return
   records, _ = _read_records(path)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w") as f:
-    f.writelines(line + "\n" for line, r in records
-                 if r["step"] < step or (r["step"] == step and r["split"] not in rerun_splits))
-  os.replace(tmp, path)
+  write_atomically(path, "".join(
+      line + "\n" for line, r in records
+      if r["step"] < step or (r["step"] == step and r["split"] not in rerun_splits)))
 
 
 def last_step(workdir: str) -> int:
