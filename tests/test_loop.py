@@ -18,7 +18,8 @@ from conftest import REPO, tiny_experiment
 from transformer import checkpoint, model_summary
 from transformer.errors import NonFiniteLossError
 from transformer.models import apply_model
-from transformer.training import experiment, loop, steps, workdir_checks, writers
+from transformer.inference import loading
+from transformer.training import evaluate, experiment, loop, steps, workdir_checks, writers
 
 
 def _losses(workdir):
@@ -316,6 +317,9 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   with pytest.raises(loop.TrainingError, match=rf"another data stream \(data_files: {book} "
                      r"changed\); .*allow_data_change=True"):
     loop.train_and_evaluate(config, workdir)
+  with pytest.raises(loading.InferenceError, match=rf"The data files of {workdir} hold other "
+                     rf"text than it was trained on \(data_files: {book} changed\)"):
+    evaluate.evaluate_workdir(workdir)  # its eval split held out of other text
   config.allow_data_change = True
   assert loop.train_and_evaluate(config, workdir)["step"] == 6
   config.allow_data_change = False  # the new text is now the run's own

@@ -52,6 +52,13 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   `sacrebleu references.txt -i hypotheses.txt` scores as `results['bleu']`. Without decoding
   (decode=False, or an LM), the BLEU an earlier call wrote for this step is kept."""
   loaded = loading.load(workdir, step)
+  changed = workdir_checks.changed_data_files(workdir_checks.reference_config(workdir) or {},
+                                              loaded.experiment, workdir)
+  if changed:
+    raise loading.InferenceError(
+        f"The data files of {workdir} hold other text than it was trained on "
+        f"({', '.join(changed)}), so its eval split would be other text; restore those files "
+        "to evaluate it.")
   out_dir = os.path.join(workdir, EVAL_DIR, str(loaded.step))
   # Before the evaluation, not after it: a read-only workdir is said at once.
   workdir_checks.check_writable(out_dir, "evaluation writes its results there: make the workdir "

@@ -124,6 +124,7 @@ def remove_if_unused(workdir: str) -> None:
 # Fields whose change would make the saved data-iterator position mean other examples.
 _DATA_STREAM_FIELDS = ("dataset", "data_files", "eval_files", "text_split", "batch_size",
                        "packing", "eval_fraction", "test_fraction")
+_FILE_FIELDS = ("data_files", "eval_files")  # the fields whose files' content is fingerprinted
 IDENTITY_KEY = "identity"  # the entry of config.json (and each checkpoint's config) that holds it
 
 
@@ -135,7 +136,7 @@ def run_identity(config: ml_collections.ConfigDict, workdir: str,
   identity: dict[str, Any] = {"process_count": process_count,
                               "tokenizer": tokenizers.file_hash(workdir)}
   if config.dataset in local_corpora.LOCAL:
-    for field in ("data_files", "eval_files"):
+    for field in _FILE_FIELDS:
       if config.get(field):
         identity[field] = {f: corpus_files.content_fingerprint(f)
                            for f in corpus_files.resolve_files(config[field], field)}
@@ -198,8 +199,26 @@ def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.Con
       recorded["tokenizer"] != identity["tokenizer"]:
     changes.append(f"the workdir's tokenizer file is not the one it was trained with "
                    f"({recorded['tokenizer']} -> {identity['tokenizer']})")
-  for field in ("data_files", "eval_files"):  # the same names, other files or content
-    if field in recorded and field in identity and before.get(field) == config.get(field):
+  if all(before.get(f) == config.get(f) for f in _FILE_FIELDS):  # the same names
+    changes += file_changes(recorded, identity)
+  return changes
+
+
+def changed_data_files(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
+                       workdir: str) -> list[str]:
+  """The data files of a recorded run that hold other text now, in words ([] if none or if the
+  run recorded none): what an evaluation of its held-out split must refuse."""
+  recorded = saved_config.get(IDENTITY_KEY, {})
+  if not any(field in recorded for field in _FILE_FIELDS):
+    return []
+  return file_changes(recorded, run_identity(config, workdir, process_count=1))
+
+
+def file_changes(recorded: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+  """The data files that appeared, went or hold other content between two identities."""
+  changes = []
+  for field in _FILE_FIELDS:
+    if field in recorded and field in identity:
       changes += _file_changes(field, recorded[field], identity[field])
   return changes
 
