@@ -8,6 +8,7 @@ builtin a caller would expect (ValueError, FileNotFoundError, RuntimeError).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -45,6 +46,18 @@ def one_line(e: Optional[BaseException], limit: int = 300) -> str:
   """The message of e on one line, at most `limit` characters."""
   text = " ".join(str(e).split())
   return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def disk_full(e: Optional[BaseException]) -> bool:
+  """Whether e, or an error behind it, says the disk (or the quota) is full."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or \
+        "No space left on device" in str(e):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
 
 
 def exit_with(message: str) -> NoReturn:
@@ -135,8 +148,14 @@ def _abandoned_task_filter(record: logging.LogRecord) -> bool:
 
 def _orbax_info_filter(record: logging.LogRecord) -> bool:
   """Drops orbax's INFO and DEBUG logging (one line per checkpoint read holds the checksum of
-  every array, thousands of characters); its warnings and errors still show."""
-  return record.levelno >= logging.WARNING or f"{os.sep}orbax{os.sep}" not in record.pathname
+  every array, thousands of characters), and the tracebacks its background threads log for a
+  full disk (hundreds of lines for one failed save): orbax hands that error to the run, which
+  reports it in one line. Its other warnings and errors still show."""
+  if f"{os.sep}orbax{os.sep}" not in record.pathname:
+    return True
+  if record.levelno < logging.WARNING:
+    return False
+  return not (record.exc_info and disk_full(record.exc_info[1]))
 
 
 def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:

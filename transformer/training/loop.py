@@ -275,15 +275,28 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     bar.close()
     if profiling:  # stopped inside the window: keep what was traced
       jax.profiler.stop_trace()
-    try:
-      ckpt.wait_until_finished()
-      ckpt.close()
-    except Exception as e:  # noqa: BLE001
-      if not failed:
-        if workdir_checks.disk_full(e):
-          raise workdir_checks.disk_full_error(workdir, e) from None
-        raise
-      logging.warning("Closing the checkpointer after the error failed too: %s", one_line(e))
-    writer.close()
+    _close(ckpt, writer, failed)
   final["step"] = step
   return final
+
+
+def _close(ckpt: checkpoint.Checkpointer, writer: MetricWriter, failed: bool) -> None:
+  """Waits for the last save, then closes the checkpointer and the metric writer (the writer
+  also when the save failed, so nothing of it is retried at exit). The first error is raised
+  (a full disk becomes one line in train_and_evaluate); after a training error, which is the
+  one reported, theirs are warnings."""
+  def close_checkpointer() -> None:
+    ckpt.wait_until_finished()
+    ckpt.close()
+
+  errors = []
+  for close in (close_checkpointer, writer.close):
+    try:
+      close()
+    except Exception as e:  # noqa: BLE001
+      errors.append(e)
+  if errors and not failed:
+    raise errors[0]
+  for e in errors:
+    logging.warning("Closing the checkpointer or the metric writer after the error failed too: "
+                    "%s", one_line(e))

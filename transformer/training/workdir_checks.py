@@ -10,7 +10,6 @@ said as such.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import socket
@@ -25,7 +24,7 @@ from transformer import checkpoint
 from transformer.config import ModelConfig
 from transformer.data import corpus_files, local_corpora
 from transformer.data import tokenizer as tokenizers
-from transformer.errors import TrainingError, one_line
+from transformer.errors import TrainingError, disk_full, one_line
 from transformer.training import writers
 
 LOCK_FILE = "train.lock"  # WORKDIR/train.lock, held by the run training there
@@ -77,9 +76,13 @@ def try_lock(path: str) -> Optional[filelock.BaseFileLock]:
     lock.acquire(timeout=0)
   except filelock.Timeout:
     return None
-  checkpoint.write_atomically(path + HOLDER_SUFFIX, json.dumps(
-      {"pid": os.getpid(), "host": socket.gethostname(),
-       "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+  try:
+    checkpoint.write_atomically(path + HOLDER_SUFFIX, json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(),
+         "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+  except BaseException:  # a full disk: not left held by a process that goes on (a sweep)
+    lock.release()
+    raise
   return lock
 
 
@@ -269,18 +272,6 @@ def check_history(workdir: str, config: ml_collections.ConfigDict) -> None:
 
 def _normal(v: Any) -> Any:
   return list(v) if isinstance(v, tuple) else v
-
-
-def disk_full(e: BaseException) -> bool:
-  """Whether e, or an error behind it, says the disk (or the quota) is full."""
-  seen = set()
-  while e is not None and id(e) not in seen:
-    seen.add(id(e))
-    if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or \
-        "No space left on device" in str(e):
-      return True
-    e = e.__cause__ or e.__context__
-  return False
 
 
 def disk_full_error(workdir: str, e: BaseException) -> TrainingError:
