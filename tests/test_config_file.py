@@ -1,5 +1,6 @@
 """WORKDIR/config.json: JSON-ready copies of configs, atomic writes, one-line errors."""
 
+import errno
 import json
 import pathlib
 
@@ -9,6 +10,7 @@ import pytest
 
 from transformer.checkpoint import config_file
 from transformer.config import ModelConfig
+from transformer.errors import RunError
 
 MODEL = ModelConfig(vocab_size=64, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
                     num_decoder_layers=1, max_len=32)
@@ -40,3 +42,25 @@ def test_mistakes_are_one_clear_line(tmp_path):
     config_file.read_config(str(missing))
   assert "\n" not in str(e.value) and "config.json" in str(e.value)
   assert f"--workdir={missing}" in str(e.value)
+
+
+def test_a_malformed_config_json_is_one_line(tmp_path):
+  (tmp_path / config_file.CONFIG_FILE).write_text('{"model": {"d_model": 3')  # cut off
+  with pytest.raises(RunError) as e:
+    config_file.read_config(str(tmp_path))
+  assert "\n" not in str(e.value) and str(e.value).startswith(
+      f"{tmp_path / config_file.CONFIG_FILE} is not valid JSON (")
+  assert "delete it and rerun training" in str(e.value)
+
+
+def test_a_write_that_fails_leaves_the_file_and_no_temporary_file(tmp_path, monkeypatch):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("kept\n")
+
+  def full_disk(src, dst):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(config_file.os, "replace", full_disk)
+  with pytest.raises(OSError, match="No space left"):
+    config_file.write_atomically(str(path), "new\n")
+  assert path.read_text() == "kept\n" and [p.name for p in tmp_path.iterdir()] == [path.name]

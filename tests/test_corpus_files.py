@@ -1,6 +1,7 @@
 """Corpus files: resolving patterns, reading lines, cutting documents, pairs, holding out."""
 
 import logging
+import os
 
 import pytest
 
@@ -42,6 +43,19 @@ def test_resolve_files_takes_globs_directories_and_lists_in_order(corpus):
   assert corpus_files.resolve_files(str(books)) == expected  # hidden files left out
   assert corpus_files.resolve_files(f"{books}/*.txt") == expected
   assert corpus_files.resolve_files(f"{books}/b.txt, {books}/a.txt") == expected[::-1]
+  with pytest.raises(ValueError, match=r"config.data_files=',' names no file; pass "):
+    corpus_files.resolve_files(",")  # not an IndexError further on
+
+
+def test_content_fingerprint_sees_other_text_not_a_touch(tmp_path):
+  path = write_file(tmp_path / "f.txt", "one\n" * 300_000)  # larger than both ends hashed
+  first = corpus_files.content_fingerprint(path)
+  os.utime(path, (1, 1))  # touched, copied: the same text
+  assert corpus_files.content_fingerprint(path) == first
+  write_file(tmp_path / "f.txt", "one\n" * 299_999 + "two\n")  # the same size, the end changed
+  assert corpus_files.content_fingerprint(path) != first
+  write_file(tmp_path / "g.txt", "one\n")
+  assert corpus_files.content_fingerprint(str(tmp_path / "g.txt")).startswith("4:")
 
 
 def test_parallel_pairs_skip_half_empty_pairs_with_a_warning(tmp_path, caplog):

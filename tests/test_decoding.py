@@ -237,6 +237,7 @@ def test_filter_logits():
 
 def test_bad_settings_are_one_clear_line():
   for kwargs, field in (({"method": "nucleus"}, "method"), ({"beam_size": 0}, "beam_size"),
+                        ({"beam_size": 100000}, r"beam_size=100000 must be in \[1, 64\]"),
                         ({"top_p": 0.0}, "top_p"), ({"temperature": 0.0}, "temperature"),
                         ({"top_k": -1}, "top_k"), ({"alpha": -1.0}, "alpha")):
     with pytest.raises(ValueError, match=field):

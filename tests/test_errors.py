@@ -113,9 +113,16 @@ def test_orbax_leftovers_after_a_failed_read_do_not_bury_the_message(monkeypatch
 
 
 def test_orbax_info_logging_is_dropped_and_its_warnings_kept():
-  def record(level, path):
-    return logging.LogRecord("absl", level, path, 1, "msg", None, None)
+  def record(level, path, error=None):
+    exc_info = (type(error), error, None) if error else None
+    return logging.LogRecord("absl", level, path, 1, "msg", None, exc_info)
   orbax = os.path.join("site-packages", "orbax", "checkpoint", "checkpoint.py")
   assert not errors._orbax_info_filter(record(logging.INFO, orbax))
   assert errors._orbax_info_filter(record(logging.WARNING, orbax))
   assert errors._orbax_info_filter(record(logging.INFO, os.path.join("transformer", "loop.py")))
+  # A save on a full disk: orbax's threads log its traceback several times (hundreds of lines)
+  # before the run reports the same error in one line; any other error of orbax still shows.
+  full = ValueError("RESOURCE_EXHAUSTED: Failed to write: No space left on device [28]")
+  assert not errors._orbax_info_filter(record(logging.ERROR, orbax, full))
+  assert errors._orbax_info_filter(record(logging.ERROR, orbax, ValueError("bad shape")))
+  assert errors._orbax_info_filter(record(logging.ERROR, orbax))

@@ -6,13 +6,14 @@ BLEU is what the sacrebleu command line gives for the files written.
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
 from conftest import REPO
 from test_evaluation import sacrebleu_cli
-from transformer.training import evaluate, experiment, loop
+from transformer.training import evaluate, experiment, loop, steps
 from transformer.training.writers import read_metrics
 
 # 600 steps of configs/default.py (about a minute here) sit on the steep part of the learning
@@ -58,6 +59,21 @@ def test_evaluate_writes_results_and_its_bleu_is_the_sacrebleu_command_lines(dec
   again = evaluate.evaluate_workdir(decode_run, batch_size=12, decode=False)
   assert again["bleu"] == results["bleu"] and again["loss"] == results["loss"]
   assert json.load(open(os.path.join(out, "results.json")))["bleu"] == results["bleu"]
+
+
+def test_a_workdir_where_results_cannot_be_written_is_said_before_evaluating(decode_run,
+                                                                             tmp_path,
+                                                                             monkeypatch):
+  """Not an OSError traceback after the whole evaluation (a read-only workdir; here, where
+  tests run as root, a file in the place of the results directory)."""
+  workdir = tmp_path / "w"
+  shutil.copytree(decode_run, workdir, ignore=shutil.ignore_patterns("eval"))
+  (workdir / evaluate.EVAL_DIR).write_text("not a directory")
+  monkeypatch.setattr(steps, "evaluate", lambda *a, **k: pytest.fail("evaluated first"))
+  with pytest.raises(loop.TrainingError, match=rf"^The results directory {workdir}/eval/10 is "
+                     r"not writable \(.*\); evaluation writes its results there: make the "
+                     "workdir writable"):
+    evaluate.evaluate_workdir(str(workdir))
 
 
 def test_main_job_shortened_learns_and_decodes_the_held_out_split_by_beam_search(tfds_dir,

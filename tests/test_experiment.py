@@ -83,6 +83,9 @@ def test_configs_build_their_models(name):
     ("diagnostics_batches", 0, "diagnostics_batches=0 must be an integer >= 1."),
     ("fsdp", 0, "fsdp=0 must be -1 (every device) or an integer >= 1"),
     ("model.dtype", "float16", "model.dtype='float16' needs loss scaling"),
+    ("seed", -1, "seed=-1 must be an integer in [0, 2**32)"),  # not grain's traceback
+    ("model.vocab_size", 1, "model.vocab_size=1 leaves no room for tokens beside the 3 "
+                            "reserved ids"),
 ])
 def test_validate_finds_each_mistake_before_anything_runs(field, value, message):
   config = experiment.load_config(str(REPO / "configs" / "default.py"))

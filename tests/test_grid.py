@@ -50,6 +50,13 @@ def test_model_scale_fields_take_numbers():
     (dict(fixed={"nope": 1}), "no field 'nope'"),
     (dict(seeds=()), "no seeds"),
     (dict(base="configs/missing.py"), "is not a file"),
+    # The point's seed would overwrite them: refused, not run as seed 0 under two names.
+    (dict(axes=({"seed": [1, 2]},)), r"seed is set by the sweep's `seeds`.*seeds=\(1, 2\)"),
+    (dict(fixed={**TINY, "seed": 3}), "seed is set by the sweep's `seeds`"),
+    # A value of the wrong type: one line before any point runs, not ml_collections' TypeError.
+    (dict(fixed={**TINY, "batch_size": "abc"}), "The sweep sets batch_size='abc', which does "
+                                                "not fit the field"),
+    (dict(axes=({"learning_rate": [1e-3, "fast"]},)), "learning_rate='fast'"),
 ])
 def test_malformed_sweeps_are_one_line_errors(kw, message):
   with pytest.raises(ValueError, match=message):

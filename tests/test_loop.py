@@ -5,6 +5,7 @@ import errno
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -13,11 +14,13 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, tiny_experiment
 from transformer import checkpoint, model_summary
+from transformer.data import corpus_files
 from transformer.errors import NonFiniteLossError
 from transformer.models import apply_model
-from transformer.training import experiment, loop, steps, writers
+from transformer.inference import loading
+from transformer.training import evaluate, experiment, loop, steps, workdir_checks, writers
 
 
 def _losses(workdir):
@@ -158,6 +161,10 @@ def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   tiny_config.batch_size = 32
   with pytest.raises(loop.TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+  # config.json deleted: the config stored with the checkpoint still says what the run was.
+  os.remove(tmp_path / "c" / checkpoint.CONFIG_FILE)
+  with pytest.raises(loop.TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
+    loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
 
 
 def test_an_error_inside_a_train_step_keeps_its_type_and_traceback(tiny_config, tmp_path,
@@ -184,6 +191,73 @@ def test_a_full_disk_is_one_clear_sentence(tiny_config, tmp_path, monkeypatch):
   with pytest.raises(loop.TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
+
+
+@pytest.fixture(scope="module")
+def five_steps(tfds_dir, tmp_path_factory):
+  """A finished 5-step run of the tiny experiment (checkpoint at 5); tests copy it."""
+  config = tiny_experiment(tfds_dir)
+  config.num_train_steps = 5
+  workdir = tmp_path_factory.mktemp("five_steps") / "w"
+  loop.train_and_evaluate(config, str(workdir))
+  return workdir
+
+
+def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tiny_config,
+                                                                 tmp_path):
+  """Not a silent success that passes the 5-step run off as a 3-step one."""
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  tiny_config.num_train_steps = 3
+  with pytest.raises(loop.TrainingError, match=r"holds a checkpoint at step 5, past "
+                     r"num_train_steps=3; pass --config.num_train_steps=5 or more to continue"):
+    loop.train_and_evaluate(tiny_config, str(workdir))
+  tiny_config.num_train_steps = 5  # the same command again: its evaluations, nothing trained
+  assert loop.train_and_evaluate(tiny_config, str(workdir))["step"] == 5
+
+
+def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps, tiny_config,
+                                                                      tmp_path, monkeypatch):
+  """The resume rewrites config.json and metrics.jsonl before training: on a full disk that
+  is the same one sentence as during training, and no temporary file stays behind."""
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  before = {name: (workdir / name).read_text() for name in (writers.METRICS_FILE,
+                                                            checkpoint.CONFIG_FILE)}
+
+  class FullDisk:
+    def __init__(self, path, mode="r"):
+      self.file = open(path, mode)  # made, then the disk is full
+
+    def __enter__(self):
+      return self
+
+    def __exit__(self, *exc):
+      self.file.close()
+
+    def write(self, text):
+      raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(checkpoint.config_file, "open", FullDisk, raising=False)
+  tiny_config.num_train_steps = 10
+  with pytest.raises(loop.TrainingError, match=r"^No space left on the disk of .*; free space "
+                     "and rerun the same command"):
+    loop.train_and_evaluate(tiny_config, str(workdir))
+  assert {name: (workdir / name).read_text() for name in before} == before  # nothing lost
+  assert not list(workdir.glob("*.tmp-*"))
+
+
+def test_a_second_run_on_a_workdir_in_use_is_refused(tiny_config, tmp_path):
+  """Two runs on one workdir would interleave their metrics and checkpoints: the second one
+  ends at once, naming the first, and writes nothing."""
+  workdir = tmp_path / "w"
+  workdir.mkdir()
+  with workdir_checks.workdir_lock(str(workdir)):  # the first run, training
+    with pytest.raises(loop.TrainingError, match=rf"^Workdir {workdir} is in use by another "
+                       rf"run \(process {os.getpid()} on "):
+      loop.train_and_evaluate(tiny_config, str(workdir))
+  assert sorted(p.name for p in workdir.iterdir()) == [workdir_checks.LOCK_FILE,
+                                                       workdir_checks.LOCK_FILE + ".holder"]
 
 
 def _lm_on(corpus, tiny_config, **fields):
@@ -239,3 +313,32 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
   for stat in ("logit_var", "logit_var_within"):
     key = f"decoder/layer_0/self_attention/head_0/{stat}"
     assert none[key] == pytest.approx(d_k * paper[key], rel=1e-5), key
+
+
+def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_config, corpus,
+                                                                         tmp_path, caplog):
+  """The saved data position of a run would index another corpus: the resume is refused,
+  naming the file; a touch is no change; allow_data_change=True resumes the params on the data
+  read from the start."""
+  config = _lm_on(corpus, tiny_config, num_train_steps=2, eval_every_steps=2,
+                  checkpoint_every_steps=2)
+  workdir = str(tmp_path / "w")
+  loop.train_and_evaluate(config, workdir)
+  book = corpus / "books" / "a.txt"
+  os.utime(book, (1, 1))  # touched: the same text
+  config.num_train_steps = 4
+  with caplog.at_level(logging.INFO):
+    assert loop.train_and_evaluate(config, workdir)["step"] == 4
+  assert "Resumed from step 2" in caplog.text
+  book.write_text("Other text altogether,\nfor another run.\n\n" * 30)
+  config.num_train_steps = 6
+  with pytest.raises(loop.TrainingError, match=rf"another data stream \(data_files: {book} "
+                     r"changed\); .*allow_data_change=True"):
+    loop.train_and_evaluate(config, workdir)
+  with pytest.raises(loading.InferenceError, match=rf"The data files of {workdir} hold other "
+                     rf"text than it was trained on \(data_files: {book} changed\)"):
+    evaluate.evaluate_workdir(workdir)  # its eval split held out of other text
+  config.allow_data_change = True
+  assert loop.train_and_evaluate(config, workdir)["step"] == 6
+  identity = checkpoint.read_config(workdir)[workdir_checks.IDENTITY_KEY]  # now the run's own
+  assert identity["data_files"][str(book)] == corpus_files.content_fingerprint(str(book))

@@ -117,6 +117,37 @@ def test_a_point_stopped_by_a_signal_is_not_recorded_and_the_sweep_stops(tmp_pat
   assert not any(sweeps.is_finished(str(tmp_path), p) for p in sweeps.expand(sweep))
 
 
+def _sweep_file(path, **fields):
+  """A sweep file of tiny_sweep(**fields) (its values written as Python literals)."""
+  sweep = tiny_sweep(**fields)
+  path.write_text(
+      "from transformer.research.sweeps import Sweep\n"
+      "def get_sweep():\n"
+      f"  return Sweep(name={sweep.name!r}, question='q?', base={sweep.base!r},\n"
+      f"               axes={sweep.axes!r}, seeds={sweep.seeds!r}, fixed={sweep.fixed!r})\n")
+  return str(path)
+
+
+def test_a_sweep_stopped_before_any_point_finished_says_so_and_ends_cleanly(tmp_path,
+                                                                           monkeypatch):
+  """SIGTERM during the first point: the stop is clean, so the command ends with one line that
+  says how to go on, not with 'No finished points' and exit 1."""
+  monkeypatch.setattr(loop, "train_and_evaluate", lambda config, workdir: {
+      "step": 2, "preempted_at": 2, "stopped_by": "SIGTERM"})
+  text = sweeps.run_command(_sweep_file(tmp_path / "s.py"), str(tmp_path / "w"))
+  assert text == ("No point of sweep t has finished yet; rerun the same command to continue it "
+                  "(a stopped point resumes from its checkpoint).")
+  with pytest.raises(ValueError, match="No finished points"):  # asked to tabulate: nothing to
+    sweeps.run_command(str(tmp_path / "s.py"), str(tmp_path / "w"), aggregate_only=True)
+
+
+def test_a_fixed_value_of_the_wrong_type_is_one_line_before_any_point_dir(tmp_path):
+  path = _sweep_file(tmp_path / "s.py", fixed={**TINY, "batch_size": "abc"})
+  with pytest.raises(ValueError, match="The sweep sets batch_size='abc', which does not fit"):
+    sweeps.run_command(path, str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()
+
+
 def test_a_tuned_sweep_runs_the_grid_then_extends_an_edge(tmp_path, monkeypatch):
   """Training replaced by a loss bowl in log2(lr): the 'none' arm's best lies above the grid,
   so the runner adds 8e-3 (then stops: 4e-3 stays best); the other arm is left alone."""

@@ -66,6 +66,9 @@ def _wait_for_step(workdir, step, proc, timeout=120):
     ("--config.batchsize=32", ["error:", "batchsize", "batch_size"]),
     ("--config.dataset=nope", ["error:", "Unknown dataset 'nope'"]),
     ("--config.model.posemb=alibi", ["error:", "posemb", "'rope'"]),
+    # ml_collections' own cause, not "The flag 'config.batch_size' is defined twice".
+    ("--config.batch_size=abc", ["error:", "--config.batch_size=abc",
+                                 "invalid literal for int() with base 10: 'abc'"]),
 ])
 def test_mistakes_give_one_line_not_a_traceback(tfds_dir, tmp_path, flag, words):
   result = _run([*_tiny_flags(tfds_dir, tmp_path / "w"), flag])

@@ -3,12 +3,14 @@
 import errno
 import json
 import logging
+import os
+import socket
 
 import pytest
 
 from transformer import checkpoint
 from transformer.config import ModelConfig
-from transformer.errors import TrainingError
+from transformer.errors import RunError, TrainingError
 from transformer.training import experiment, workdir_checks, writers
 
 MODEL = ModelConfig(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
@@ -77,3 +79,103 @@ def test_an_unwritable_workdir_is_one_line(tmp_path):
     workdir_checks.check_workdir(str(tmp_path / "afile" / "sub"))
   assert workdir_checks.check_workdir(str(tmp_path / "new")) is True
   assert workdir_checks.check_workdir(str(tmp_path / "new")) is False
+
+
+def test_the_probe_file_never_stays_behind_and_a_full_disk_is_said(tmp_path, monkeypatch):
+  def full_disk_open(path, mode="r"):  # the probe is made, its write fails
+    f = open(path, mode)
+
+    class Full:
+      def __enter__(self):
+        return self
+
+      def __exit__(self, *exc):
+        f.close()
+
+      def write(self, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return Full()
+
+  monkeypatch.setattr(workdir_checks, "open", full_disk_open, raising=False)
+  with pytest.raises(TrainingError, match=f"^No space left on the disk of {tmp_path}"):
+    workdir_checks.check_workdir(str(tmp_path))
+  assert list(tmp_path.iterdir()) == []  # no .write-test-PID
+
+
+def test_a_workdir_in_use_is_refused_naming_its_holder(tmp_path):
+  workdir = str(tmp_path)
+  with workdir_checks.workdir_lock(workdir):
+    with pytest.raises(TrainingError, match=rf"^Workdir {workdir} is in use by another run "
+                       rf"\(process {os.getpid()} on {socket.gethostname()}, since .*\); wait "
+                       "for it to end, or pass another --workdir."):
+      with workdir_checks.workdir_lock(workdir):
+        pass
+  with workdir_checks.workdir_lock(workdir):  # released with the run
+    pass
+  workdir_checks.remove_if_unused(workdir)
+  assert not tmp_path.exists()
+
+
+def _recorded_run(workdir, config, **identity):
+  """config.json of a run of `config` in workdir with its identity (as the loop records it)."""
+  recorded = {**workdir_checks.run_identity(config, str(workdir), 1), **identity}
+  checkpoint.write_config(str(workdir), {"experiment": config.to_dict(), "model": MODEL,
+                                         workdir_checks.IDENTITY_KEY: recorded})
+
+
+def test_other_data_files_a_swapped_tokenizer_or_another_process_count_are_refused(tmp_path):
+  data = tmp_path / "d.txt"
+  data.write_text("first text\n\nof the run\n")
+  workdir = tmp_path / "w"
+  workdir.mkdir()
+  (workdir / "tokenizer.model").write_bytes(b"run A's pieces")
+  config = _config(dataset="text_files", data_files=str(data))
+  _recorded_run(workdir, config)
+
+  def check(config=config, processes=1):
+    return workdir_checks.check_resumable(
+        str(workdir), config, MODEL, True, workdir_checks.run_identity(config, str(workdir),
+                                                                       processes))
+
+  assert check() is False
+  os.utime(data, (1, 1))  # touched: the same text
+  assert check() is False
+  with pytest.raises(TrainingError, match=r"another data stream \(text_split 'paragraph' -> "
+                     r"'line'\).*allow_data_change=True"):
+    check(_config(dataset="text_files", data_files=str(data), text_split="line"))
+  data.write_text("other text\n\naltogether\n")
+  with pytest.raises(TrainingError, match=rf"another data stream \(data_files: {data} changed\)"):
+    check()
+  assert check(_config(dataset="text_files", data_files=str(data), allow_data_change=True))
+  data.write_text("first text\n\nof the run\n")
+  (workdir / "tokenizer.model").write_bytes(b"run B's pieces")  # cp runB/tokenizer.model runA/
+  with pytest.raises(TrainingError, match=r"the workdir's tokenizer file is not the one it was "
+                     r"trained with \(tokenizer.model:\w+ -> tokenizer.model:\w+\)"):
+    check()
+  (workdir / "tokenizer.model").write_bytes(b"run A's pieces")
+  with pytest.raises(TrainingError, match=r"another data stream \(process count 1 -> 2\); .*"
+                     "resume with the same settings"):
+    check(processes=2)
+
+
+def test_without_config_json_the_checkpoints_config_is_the_reference(tmp_path):
+  import jax.numpy as jnp
+  resolved = {"experiment": _config().to_dict(), "model": MODEL}
+  with checkpoint.Checkpointer(str(tmp_path), async_save=False) as ckpt:
+    ckpt.save(3, {"w": jnp.ones(2)}, config=resolved)
+  assert not (tmp_path / checkpoint.CONFIG_FILE).exists()  # deleted, or never written
+  with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
+    workdir_checks.check_resumable(str(tmp_path), _config(batch_size=32), MODEL, True)
+  wider = ModelConfig(**{**MODEL.to_dict(), "d_model": 64})
+  with pytest.raises(TrainingError, match="different model .*d_model 32 -> 64"):
+    workdir_checks.check_resumable(str(tmp_path), _config(), wider, True)
+  (tmp_path / checkpoint.CONFIG_FILE).write_text("{")  # damaged: said, not a traceback
+  with pytest.raises(RunError, match="config.json is not valid JSON"):
+    workdir_checks.check_resumable(str(tmp_path), _config(), MODEL, True)
+
+
+def test_a_checkpoint_past_num_train_steps_is_refused(tmp_path):
+  workdir_checks.check_steps(str(tmp_path), _config(num_train_steps=40), [20, 40])
+  with pytest.raises(TrainingError, match=r"holds a checkpoint at step 40, past "
+                     r"num_train_steps=20; pass --config.num_train_steps=40 or more"):
+    workdir_checks.check_steps(str(tmp_path), _config(num_train_steps=20), [20, 40])

@@ -1,5 +1,6 @@
 """metrics.jsonl and TensorBoard files; a resumed run rewrites what came after its checkpoint."""
 
+import errno
 import logging
 import math
 
@@ -72,3 +73,20 @@ def test_other_bad_lines_are_one_clear_error_naming_the_line(tmp_path, line, mes
     with pytest.raises(RunError) as e:
       read()
     assert str(e.value).startswith(f"{path} {message}") and "\n" not in str(e.value)
+
+
+def test_a_close_on_a_full_disk_is_not_tried_again_at_exit(tmp_path, monkeypatch):
+  """tensorboardX would flush again at exit and its worker fail on a closed queue, each with
+  a traceback under the run's one-line 'No space left' message."""
+  writer = writers.MetricWriter(str(tmp_path))
+  writer.write(1, "train", {"loss": 1.0})
+  (events,) = [f.event_writer for f in writer._tb.all_writers.values()]
+
+  def full_disk():
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(events._ev_writer, "flush", full_disk)
+  with pytest.raises(OSError, match="No space left"):
+    writer.close()
+  events.close()  # what tensorboardX's exit hook calls: nothing left to do, no error
+  assert events._worker is None or not events._worker.is_alive()

@@ -8,6 +8,7 @@ builtin a caller would expect (ValueError, FileNotFoundError, RuntimeError).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -45,6 +46,18 @@ def one_line(e: Optional[BaseException], limit: int = 300) -> str:
   """The message of e on one line, at most `limit` characters."""
   text = " ".join(str(e).split())
   return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def disk_full(e: Optional[BaseException]) -> bool:
+  """Whether e, or an error behind it, says the disk (or the quota) is full."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or \
+        "No space left on device" in str(e):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
 
 
 def exit_with(message: str) -> NoReturn:
@@ -88,8 +101,10 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
 def _parse_flags(argv: Sequence[str]) -> list[str]:
   """absl's flag parsing, except that a UserError raised by a config file's get_config (as
   configs/lm.py:NAME does for an unknown recipe) ends as its own one line: config_flags hands
-  it to absl as the text of its traceback, whose last line is `transformer.errors.CLASS: MSG`."""
-  from absl import app, flags
+  it to absl as the text of its traceback, whose last line is `transformer.errors.CLASS: MSG`.
+  A bad value of a --config override is one line naming the flag, its value and the cause
+  (ml_collections' "invalid literal for int()"); any other flag error keeps absl's report."""
+  from absl import flags
 
   try:
     return flags.FLAGS(list(argv))
@@ -100,7 +115,14 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
     cls = globals().get(name) if last.startswith(prefix) else None
     if isinstance(cls, type) and issubclass(cls, UserError):
       exit_with(message)
-  return app.parse_flags_with_usage(list(argv))  # absl's own report of any other flag error
+    text = " ".join(str(e).split())
+    if text.startswith("flag --config."):  # IllegalFlagValueError of an override
+      exit_with(f"bad --config or override: {text[len('flag '):]}")
+    # absl's own report (app.parse_flags_with_usage), without parsing again: a second parse
+    # would define the config's override flags twice and report that instead.
+    sys.stderr.write(f"FATAL Flags parsing error: {text}\n"
+                     "Pass --helpshort or --helpfull to see help on flags.\n")
+    sys.exit(1)
 
 
 def _without_closed_loop_noise(hook: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -126,8 +148,14 @@ def _abandoned_task_filter(record: logging.LogRecord) -> bool:
 
 def _orbax_info_filter(record: logging.LogRecord) -> bool:
   """Drops orbax's INFO and DEBUG logging (one line per checkpoint read holds the checksum of
-  every array, thousands of characters); its warnings and errors still show."""
-  return record.levelno >= logging.WARNING or f"{os.sep}orbax{os.sep}" not in record.pathname
+  every array, thousands of characters), and the tracebacks its background threads log for a
+  full disk (hundreds of lines for one failed save): orbax hands that error to the run, which
+  reports it in one line. Its other warnings and errors still show."""
+  if f"{os.sep}orbax{os.sep}" not in record.pathname:
+    return True
+  if record.levelno < logging.WARNING:
+    return False
+  return not (record.exc_info and disk_full(record.exc_info[1]))
 
 
 def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:

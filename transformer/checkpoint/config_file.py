@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from transformer.config import ModelConfig
-from transformer.errors import ConfigError, MissingFileError
+from transformer.errors import ConfigError, MissingFileError, RunError
 
 CONFIG_FILE = "config.json"
 
@@ -42,12 +42,23 @@ def write_config(workdir: str, config: Mapping[str, Any]) -> str:
     raise ConfigError("write_config: the config needs a 'model' entry (ModelConfig.to_dict()).")
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, CONFIG_FILE)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w") as f:
-    json.dump(to_json(config), f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)  # never a half-written config.json
+  write_atomically(path, json.dumps(to_json(config), indent=2, sort_keys=True) + "\n")
   return path
+
+
+def write_atomically(path: str, text: str) -> None:
+  """Writes `text` to `path` through a temporary file renamed over it: readers never see a
+  half-written file, and a failed write (a full disk) leaves neither the file changed nor the
+  temporary file behind."""
+  tmp = f"{path}.tmp-{os.getpid()}"
+  try:
+    with open(tmp, "w") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
 
 
 def read_config(workdir: str) -> dict[str, Any]:
@@ -58,4 +69,9 @@ def read_config(workdir: str) -> dict[str, Any]:
         f"No {CONFIG_FILE} in {workdir!r}: check the path, or train there first "
         f"(scripts/train.py --workdir={workdir}).")
   with open(path) as f:
-    return json.load(f)
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise RunError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); restore it, or "
+                     "delete it and rerun training, which writes it again from the newest "
+                     "checkpoint's config.") from None

@@ -55,6 +55,18 @@ def _read_step(step_dir: epath.Path) -> tuple[Any, Optional[dict[str, Any]]]:
   return params, config
 
 
+def stored_config(workdir: str) -> Optional[dict[str, Any]]:
+  """The config stored with the newest checkpoint that holds a readable one; None if none
+  does. A run's reference for what it was when config.json is gone."""
+  directory = checkpoint_dir(os.fspath(workdir))
+  for step in reversed(finished_steps(directory)):
+    try:
+      return dict(ocp.JsonCheckpointHandler().restore(directory / str(step) / "config"))
+    except Exception:  # noqa: BLE001  (missing or damaged: an older step may hold one)
+      continue
+  return None
+
+
 def load_params(workdir: str, step: Optional[int] = None) -> LoadedParams:
   """The params of the newest readable checkpoint (or `step`) as host numpy, + ModelConfig.
 

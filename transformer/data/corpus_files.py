@@ -47,6 +47,9 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
         raise MissingFileError(f"No file matches {item!r} (config.{field}); check the path, "
                                 "or pass an existing file or a glob like 'corpus/*.txt'.")
     files += found
+  if not files:  # only separators, e.g. ','
+    raise ConfigError(f"config.{field}={patterns!r} names no file; pass --config.{field}=FILE, a "
+                      "glob like 'corpus/*.txt', or a comma-separated list.")
   for f in files:
     if os.path.getsize(f) == 0:
       raise ConfigError(f"File {f} (config.{field}) is empty; add text to it or leave it out of "
@@ -166,6 +169,27 @@ def hold_out(docs: Sequence[Any], key: Callable[[Any], str], eval_fraction: floa
 
 def describe(files: Sequence[str]) -> str:
   return files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more file(s)"
+
+
+# The bytes hashed at each end of a file by `content_fingerprint`.
+_EDGE_BYTES = 1 << 20
+
+
+def content_fingerprint(path: str) -> str:
+  """'SIZE:HASH' of a file: its size and a hash of its first and last MiB.
+
+  Two reads at any corpus size (lm1b's shards included); a touch or a copy keeps it, a file
+  replaced by other text or grown or cut changes it (an edit that keeps the size, deep inside
+  a file larger than 2 MiB, is not seen).
+  """
+  size = os.path.getsize(path)
+  h = hashlib.sha1()
+  with open(path, "rb") as f:
+    h.update(f.read(_EDGE_BYTES))
+    if size > _EDGE_BYTES:
+      f.seek(max(_EDGE_BYTES, size - _EDGE_BYTES))
+      h.update(f.read(_EDGE_BYTES))
+  return f"{size}:{h.hexdigest()[:16]}"
 
 
 def fingerprint(files: Sequence[str], **options: Any) -> str:

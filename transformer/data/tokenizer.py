@@ -15,6 +15,7 @@ outside the learned pieces become their UTF-8 bytes (ids 3..258), never UNK.
 from __future__ import annotations
 
 import abc
+import hashlib
 import io
 import json
 import os
@@ -220,6 +221,16 @@ def tokenizer_file(workdir_or_path: str | os.PathLike) -> epath.Path:
     raise MissingFileError(f"Tokenizer file {path} does not exist; pass a workdir or an existing "
                             f"{SPM_FILE} / {JSON_FILE}.")
   return path
+
+
+def file_hash(workdir: str | os.PathLike) -> str | None:
+  """A hash of the workdir's tokenizer file (what a resumed run must read its data with);
+  None when the workdir holds none."""
+  try:
+    path = tokenizer_file(workdir)
+  except MissingFileError:
+    return None
+  return f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
 
 
 def load_tokenizer(workdir_or_path: str | os.PathLike) -> Tokenizer:

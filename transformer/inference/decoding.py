@@ -36,6 +36,9 @@ from transformer.models import DecoderOnly, Transformer, init_cache
 from transformer.token_ids import EOS_ID, PAD_ID
 
 METHODS = ("greedy", "sample", "beam")
+# Beam search holds a KV cache per beam of every row: memory grows linearly with the beam, and
+# translation quality stops improving long before this (BLEU peaks at beams of 4 to 10).
+MAX_BEAM_SIZE = 64
 _NEG_INF = -1.0e9  # finite, so that -inf - -inf never makes a NaN in the score arithmetic
 
 
@@ -61,7 +64,9 @@ class DecodeConfig:
     if self.method not in METHODS:
       raise ConfigError(f"Decoding method {self.method!r} is unknown; use one of "
                        f"{', '.join(METHODS)}.")
-    for name, ok, rule in (("beam_size", self.beam_size >= 1, ">= 1"),
+    for name, ok, rule in (("beam_size", 1 <= self.beam_size <= MAX_BEAM_SIZE,
+                            f"in [1, {MAX_BEAM_SIZE}] (each beam holds its own KV cache; "
+                            "BLEU peaks at beams of 4 to 10)"),
                            ("alpha", self.alpha >= 0.0, ">= 0"),
                            ("temperature", self.temperature > 0.0, "> 0 (greedy: method='greedy')"),
                            ("top_k", self.top_k >= 0, ">= 0 (0 = off)"),

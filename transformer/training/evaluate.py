@@ -22,7 +22,7 @@ from transformer.data import pipeline
 from transformer.errors import UserError
 from transformer.inference import evaluation, lines, loading
 from transformer.inference.decoding import DecodeConfig
-from transformer.training import sharding, steps
+from transformer.training import sharding, steps, workdir_checks
 
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
 
@@ -52,6 +52,18 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   `sacrebleu references.txt -i hypotheses.txt` scores as `results['bleu']`. Without decoding
   (decode=False, or an LM), the BLEU an earlier call wrote for this step is kept."""
   loaded = loading.load(workdir, step)
+  changed = workdir_checks.changed_data_files(workdir_checks.reference_config(workdir) or {},
+                                              loaded.experiment, workdir)
+  if changed:
+    raise loading.InferenceError(
+        f"The data files of {workdir} hold other text than it was trained on "
+        f"({', '.join(changed)}), so its eval split would be other text; restore those files "
+        "to evaluate it.")
+  out_dir = os.path.join(workdir, EVAL_DIR, str(loaded.step))
+  # Before the evaluation, not after it: a read-only workdir is said at once.
+  workdir_checks.check_writable(out_dir, "evaluation writes its results there: make the workdir "
+                                "writable, or evaluate a writable copy of it",
+                                what="The results directory")
   exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
   if tfds_data_dir:
     exp.tfds_data_dir = tfds_data_dir
@@ -67,8 +79,6 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   built = steps.build_steps(exp, loaded.model, mesh)
   results: dict[str, Any] = {"workdir": workdir, "step": loaded.step, "split": "eval"}
   results.update(steps.evaluate(built.eval, params, datasets.eval_batches(), mesh))
-  out_dir = os.path.join(workdir, EVAL_DIR, str(loaded.step))
-  os.makedirs(out_dir, exist_ok=True)
   if decode and not loaded.is_lm:
     decoded = decode_eval_split(loaded.model, params, datasets, mesh, config)
     results.update(decoded.metrics())

@@ -101,6 +101,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.keep_checkpoints = 3
   c.async_checkpoints = True
   c.allow_model_change = False  # True: resume a workdir whose model config differs
+  # True: resume the params of a workdir trained on another data stream (other files, split,
+  # batch, tokenizer or process count), its data read from the start.
+  c.allow_data_change = False
   return c
 
 
@@ -157,6 +160,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
       if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(f"{name}={value!r} must be an integer >= {low}"
                           f"{' (0 = off)' if low == 0 else ''}.")
+  seed = config.get("seed")
+  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+    raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**32) (the data order and "
+                      "initialisation take it as an unsigned 32-bit seed).")
+  vocab_size = config.model.get("vocab_size")
+  if vocab_size is not None and vocab_size <= NUM_RESERVED:
+    raise ConfigError(f"model.vocab_size={vocab_size} leaves no room for tokens beside the "
+                      f"{NUM_RESERVED} reserved ids (pad, eos, unk); leave it unset to use the "
+                      "dataset's vocabulary.")
   keep = config.get("keep_checkpoints")
   if keep is not None and (not isinstance(keep, int) or keep < 1):
     raise ConfigError(f"keep_checkpoints={keep!r} must be None (keep all) or an integer >= 1.")

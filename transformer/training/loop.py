@@ -11,6 +11,7 @@ on the device.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -25,7 +26,7 @@ from tqdm import tqdm
 
 from transformer import checkpoint, diagnostics, model_summary
 from transformer.data import pipeline
-from transformer.errors import NonFiniteLossError, TrainingError, one_line
+from transformer.errors import NonFiniteLossError, TrainingError, UserError, one_line
 from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
                                   workdir_checks)
 from transformer.training.losses import LossOutput, summarize
@@ -62,22 +63,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """
   experiment.validate(config)  # before anything is written
   created = workdir_checks.check_workdir(workdir)
+  # One run at a time in a workdir: process 0 holds the lock for the whole job.
+  lock = workdir_checks.workdir_lock(workdir) if jax.process_index() == 0 else \
+      contextlib.nullcontext()
   try:
-    datasets = _get_datasets(config, workdir)
-  except BaseException:
-    if created and not os.listdir(workdir):
-      os.rmdir(workdir)  # a failed first attempt leaves no empty workdir behind
+    with lock:
+      datasets = _get_datasets(config, workdir)
+      with stop_signals.StopSignals() as signals:
+        return _train(config, workdir, datasets, devices, signals)
+  except BaseException as e:
+    if created:
+      workdir_checks.remove_if_unused(workdir)
+    if isinstance(e, Exception) and not isinstance(e, UserError) and workdir_checks.disk_full(e):
+      raise workdir_checks.disk_full_error(workdir, e) from None
     raise
-  with stop_signals.StopSignals() as signals:
-    return _train(config, workdir, datasets, devices, signals)
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
            devices: Optional[Sequence[jax.Device]], signals: stop_signals.StopSignals) -> dict[str, Any]:
   model_config = experiment.model_config(config, datasets.vocab_size)
-  resolved = {"experiment": config.to_dict(), "model": model_config.to_dict()}
-  has_checkpoints = bool(checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir)))
-  workdir_checks.check_resumable(workdir, config, model_config, has_checkpoints)
+  identity = workdir_checks.run_identity(config, workdir, jax.process_count())
+  resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
+              workdir_checks.IDENTITY_KEY: identity}
+  saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
+  data_changed = workdir_checks.check_resumable(workdir, config, model_config,
+                                                bool(saved_steps), identity)
+  workdir_checks.check_steps(workdir, config, saved_steps)
 
   mesh = sharding.make_mesh(devices, config.fsdp)
   sharding.check_batch_size(config.batch_size, mesh)
@@ -103,7 +114,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   abstract = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
   try:
-    restored = ckpt.restore(abstract, data_iter=train_iter)
+    restored = ckpt.restore(abstract, data_iter=None if data_changed else train_iter)
   except checkpoint.IncompatibleCheckpointError as e:
     raise TrainingError(f"The checkpoints in {workdir} do not fit this model ({e}); use a new "
                         "--workdir.") from None
@@ -257,23 +268,32 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
       final["preempted_at"] = step
       final["stopped_by"] = signals.stopped_by
     failed = False
-  except Exception as e:
-    if workdir_checks.disk_full(e):
-      raise workdir_checks.disk_full_error(workdir, e) from None
-    raise
   finally:
     bar.close()
     if profiling:  # stopped inside the window: keep what was traced
       jax.profiler.stop_trace()
-    try:
-      ckpt.wait_until_finished()
-      ckpt.close()
-    except Exception as e:  # noqa: BLE001
-      if not failed:
-        if workdir_checks.disk_full(e):
-          raise workdir_checks.disk_full_error(workdir, e) from None
-        raise
-      logging.warning("Closing the checkpointer after the error failed too: %s", one_line(e))
-    writer.close()
+    _close(ckpt, writer, failed)
   final["step"] = step
   return final
+
+
+def _close(ckpt: checkpoint.Checkpointer, writer: MetricWriter, failed: bool) -> None:
+  """Waits for the last save, then closes the checkpointer and the metric writer (the writer
+  also when the save failed, so nothing of it is retried at exit). The first error is raised
+  (a full disk becomes one line in train_and_evaluate); after a training error, which is the
+  one reported, theirs are warnings."""
+  def close_checkpointer() -> None:
+    ckpt.wait_until_finished()
+    ckpt.close()
+
+  errors = []
+  for close in (close_checkpointer, writer.close):
+    try:
+      close()
+    except Exception as e:  # noqa: BLE001
+      errors.append(e)
+  if errors and not failed:
+    raise errors[0]
+  for e in errors:
+    logging.warning("Closing the checkpointer or the metric writer after the error failed too: "
+                    "%s", one_line(e))

@@ -1,51 +1,167 @@
 """What a workdir must hold for a run to go on in it, checked before training starts.
 
-A run continues only with its own model and data stream; it does not restart from step 0
-over the history of a run whose checkpoints were removed; a full disk is said as such.
+A run continues only with its own model and data stream (the files it read, its tokenizer,
+its process count: the run's identity, recorded with config.json and every checkpoint); only
+one run at a time trains in a workdir (a lock held for the life of the run); it does not
+restart from step 0 over the history of a run whose checkpoints were removed; a full disk is
+said as such.
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
+import json
 import os
-from typing import Any
+import socket
+import time
+from typing import Any, Iterator, Optional
 
+import filelock
 import ml_collections
 from absl import logging
 
 from transformer import checkpoint
 from transformer.config import ModelConfig
-from transformer.errors import TrainingError, one_line
+from transformer.data import corpus_files, local_corpora
+from transformer.data import tokenizer as tokenizers
+from transformer.errors import TrainingError, disk_full, one_line
 from transformer.training import writers
+
+LOCK_FILE = "train.lock"  # WORKDIR/train.lock, held by the run training there
+HOLDER_SUFFIX = ".holder"  # beside a lock: who holds it (pid, host, since when)
+
+
+_WORKDIR_FIX = "pass a --workdir you can write to"
 
 
 def check_workdir(workdir: str) -> bool:
   """Makes the workdir if needed and checks that it is writable; True if it was made here."""
   created = not os.path.exists(workdir)
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write-test-{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
-  except OSError as e:
-    raise TrainingError(f"Workdir {workdir} is not writable ({e.strerror}); pass a --workdir "
-                        "you can write to.") from None
+  check_writable(workdir, _WORKDIR_FIX)
   return created
 
 
+def check_writable(directory: str, fix: str = _WORKDIR_FIX, what: str = "Workdir") -> None:
+  """Makes `directory` if needed; a one-line TrainingError naming it as `what` and ending in
+  `fix` unless a file can be written there (a full disk said as such). The probe file never
+  stays behind."""
+  probe = os.path.join(directory, f".write-test-{os.getpid()}")
+  try:
+    os.makedirs(directory, exist_ok=True)
+    with open(probe, "w") as f:
+      f.write("ok")
+  except OSError as e:
+    if disk_full(e):
+      raise disk_full_error(directory, e) from None
+    raise TrainingError(f"{what} {directory} is not writable ({e.strerror}); {fix}.") from None
+  finally:
+    if os.path.exists(probe):
+      os.remove(probe)
+
+
+# ---- one run at a time ----
+
+def try_lock(path: str) -> Optional[filelock.BaseFileLock]:
+  """The exclusive lock at `path`, taken without waiting, its holder written beside it
+  (`path` + HOLDER_SUFFIX); None while another process holds it.
+
+  The OS releases the lock when its process dies, so a killed run never leaves it taken. The
+  lock works on a local disk and on shared file systems whose locks work (NFSv4, Lustre).
+  A gs:// workdir (not supported yet) has no such lock: there it would take an object created
+  with an if-generation-match=0 precondition, deleted at the end and broken by hand after a
+  crash, since nothing releases it when the process dies.
+  """
+  lock = filelock.FileLock(path, thread_local=False)
+  try:
+    lock.acquire(timeout=0)
+  except filelock.Timeout:
+    return None
+  try:
+    checkpoint.write_atomically(path + HOLDER_SUFFIX, json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(),
+         "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+  except BaseException:  # a full disk: not left held by a process that goes on (a sweep)
+    lock.release()
+    raise
+  return lock
+
+
+def lock_holder(path: str) -> str:
+  """Who holds the lock at `path`, in words, as its holder wrote it."""
+  try:
+    with open(path + HOLDER_SUFFIX) as f:
+      holder = json.load(f)
+    return f"process {holder['pid']} on {holder['host']}, since {holder['since']}"
+  except (OSError, ValueError, KeyError, TypeError):
+    return "a process that has not said who it is"
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str) -> Iterator[None]:
+  """Holds WORKDIR/train.lock for the life of a run; a second run there is refused in one
+  line naming the holder. (A sweep point's own lock is another file: no deadlock.)"""
+  path = os.path.join(workdir, LOCK_FILE)
+  lock = try_lock(path)
+  if lock is None:
+    raise TrainingError(f"Workdir {workdir} is in use by another run ({lock_holder(path)}); "
+                        "wait for it to end, or pass another --workdir.")
+  try:
+    yield
+  finally:
+    lock.release()
+
+
+def remove_if_unused(workdir: str) -> None:
+  """Removes a workdir that holds nothing but a released lock: a failed first attempt leaves
+  no empty workdir behind."""
+  lock_files = {LOCK_FILE, LOCK_FILE + HOLDER_SUFFIX}
+  if os.path.isdir(workdir) and set(os.listdir(workdir)) <= lock_files:
+    for name in lock_files:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(workdir, name))
+    os.rmdir(workdir)
+
+
+# ---- the run's identity ----
+
 # Fields whose change would make the saved data-iterator position mean other examples.
-_DATA_STREAM_FIELDS = ("dataset", "batch_size", "packing", "eval_fraction", "test_fraction")
+_DATA_STREAM_FIELDS = ("dataset", "data_files", "eval_files", "text_split", "batch_size",
+                       "packing", "eval_fraction", "test_fraction")
+_FILE_FIELDS = ("data_files", "eval_files")  # the fields whose files' content is fingerprinted
+IDENTITY_KEY = "identity"  # the entry of config.json (and each checkpoint's config) that holds it
+
+
+def run_identity(config: ml_collections.ConfigDict, workdir: str,
+                 process_count: int) -> dict[str, Any]:
+  """What the saved data position and the vocabulary mean beyond the config fields: the
+  process count (one iterator state per process), each data file's content fingerprint,
+  and the hash of the workdir's tokenizer file. Taken once the data has been read."""
+  identity: dict[str, Any] = {"process_count": process_count,
+                              "tokenizer": tokenizers.file_hash(workdir)}
+  if config.dataset in local_corpora.LOCAL:
+    for field in _FILE_FIELDS:
+      if config.get(field):
+        identity[field] = {f: corpus_files.content_fingerprint(f)
+                           for f in corpus_files.resolve_files(config[field], field)}
+  return identity
+
+
+def reference_config(workdir: str) -> Optional[dict[str, Any]]:
+  """What the workdir's run was: config.json, else (deleted) the newest checkpoint's config."""
+  if os.path.exists(os.path.join(workdir, checkpoint.CONFIG_FILE)):
+    return checkpoint.read_config(workdir)
+  return checkpoint.stored_config(workdir)
 
 
 def check_resumable(workdir: str, config: ml_collections.ConfigDict,
-                     model_config: ModelConfig, has_checkpoints: bool) -> None:
+                    model_config: ModelConfig, has_checkpoints: bool,
+                    identity: Optional[dict[str, Any]] = None) -> bool:
   """A workdir's run continues only with its own model and, once it has checkpoints, its own
-  data stream; config.json tells what they were."""
-  path = os.path.join(workdir, checkpoint.CONFIG_FILE)
-  if not os.path.exists(path):
-    return
-  saved_config = checkpoint.read_config(workdir)
+  data stream and tokenizer. True when the data stream changed and config.allow_data_change
+  lets the run go on anyway (its data iterator then starts afresh)."""
+  saved_config = reference_config(workdir)
+  if not saved_config:
+    return False
   saved = saved_config.get("model", {})
   new = model_config.to_dict()
   changed = sorted(k for k in set(saved) | set(new)
@@ -55,14 +171,82 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
         f"Workdir {workdir} holds a run of a different model (changed: "
         f"{', '.join(f'{k} {saved.get(k)!r} -> {new.get(k)!r}' for k in changed)}); use a new "
         "--workdir, or pass --config.allow_model_change=True to resume it anyway.")
-  experiment_before = saved_config.get("experiment", {})
-  stream = [f"{k} {experiment_before[k]!r} -> {config.get(k)!r}" for k in _DATA_STREAM_FIELDS
-            if k in experiment_before and experiment_before[k] != config.get(k)]
-  if stream and has_checkpoints:
+  if not has_checkpoints:
+    return False
+  stream = data_stream_changes(saved_config, config, identity or {})
+  if not stream:
+    return False
+  if not config.get("allow_data_change"):
     raise TrainingError(
         f"Workdir {workdir} was trained with another data stream ({', '.join(stream)}); its "
-        "saved position in the data would point elsewhere; resume with the same settings or "
-        "use a new --workdir.")
+        "saved position in the data would point elsewhere; resume with the same settings and "
+        "files, use a new --workdir, or pass --config.allow_data_change=True to go on from its "
+        "params with the data read afresh.")
+  logging.warning("Workdir %s was trained with another data stream (%s); "
+                  "allow_data_change=True: resuming its params, the data read from the start.",
+                  workdir, ", ".join(stream))
+  return True
+
+
+def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
+                        identity: dict[str, Any]) -> list[str]:
+  """What differs between a workdir's recorded run and this one, in words ([] if nothing)."""
+  before = saved_config.get("experiment", {})
+  changes = [f"{k} {before[k]!r} -> {config.get(k)!r}" for k in _DATA_STREAM_FIELDS
+             if k in before and before[k] != config.get(k)]
+  recorded = saved_config.get(IDENTITY_KEY, {})
+  if "process_count" in recorded and "process_count" in identity and \
+      recorded["process_count"] != identity["process_count"]:
+    changes.append(f"process count {recorded['process_count']} -> {identity['process_count']}")
+  if recorded.get("tokenizer") and identity.get("tokenizer") and \
+      recorded["tokenizer"] != identity["tokenizer"]:
+    changes.append(f"the workdir's tokenizer file is not the one it was trained with "
+                   f"({recorded['tokenizer']} -> {identity['tokenizer']})")
+  if all(before.get(f) == config.get(f) for f in _FILE_FIELDS):  # the same names
+    changes += file_changes(recorded, identity)
+  return changes
+
+
+def changed_data_files(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
+                       workdir: str) -> list[str]:
+  """The data files of a recorded run that hold other text now, in words ([] if none or if the
+  run recorded none): what an evaluation of its held-out split must refuse."""
+  recorded = saved_config.get(IDENTITY_KEY, {})
+  if not any(field in recorded for field in _FILE_FIELDS):
+    return []
+  return file_changes(recorded, run_identity(config, workdir, process_count=1))
+
+
+def file_changes(recorded: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+  """The data files that appeared, went or hold other content between two identities."""
+  changes = []
+  for field in _FILE_FIELDS:
+    if field in recorded and field in identity:
+      changes += _file_changes(field, recorded[field], identity[field])
+  return changes
+
+
+def _file_changes(field: str, before: dict[str, str], now: dict[str, str]) -> list[str]:
+  """The files of `field` that appeared, went or hold other content, at most three named."""
+  changed = [f"{f} changed" for f in sorted(set(before) & set(now)) if before[f] != now[f]]
+  changed += [f"{f} removed" for f in sorted(set(before) - set(now))]
+  changed += [f"{f} added" for f in sorted(set(now) - set(before))]
+  if not changed:
+    return []
+  more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+  return [f"{field}: {', '.join(changed[:3])}{more}"]
+
+
+def check_steps(workdir: str, config: ml_collections.ConfigDict, saved_steps: list[int]) -> None:
+  """Refuses a run whose workdir already holds a checkpoint past num_train_steps: there is
+  nothing to train, and a silent success would pass off the longer run as this one."""
+  newest = max(saved_steps, default=0)
+  if newest > config.num_train_steps:
+    raise TrainingError(
+        f"Workdir {workdir} holds a checkpoint at step {newest}, past num_train_steps="
+        f"{config.num_train_steps}; pass --config.num_train_steps={newest} or more to continue "
+        f"it, score it with scripts/evaluate.py --workdir={workdir}, or train "
+        f"{config.num_train_steps} steps in a new --workdir.")
 
 
 def check_history(workdir: str, config: ml_collections.ConfigDict) -> None:
@@ -88,18 +272,6 @@ def check_history(workdir: str, config: ml_collections.ConfigDict) -> None:
 
 def _normal(v: Any) -> Any:
   return list(v) if isinstance(v, tuple) else v
-
-
-def disk_full(e: BaseException) -> bool:
-  """Whether e, or an error behind it, says the disk (or the quota) is full."""
-  seen = set()
-  while e is not None and id(e) not in seen:
-    seen.add(id(e))
-    if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or \
-        "No space left on device" in str(e):
-      return True
-    e = e.__cause__ or e.__context__
-  return False
 
 
 def disk_full_error(workdir: str, e: BaseException) -> TrainingError:

@@ -6,6 +6,7 @@ Only process 0 writes. TensorBoard files come from tensorboardX, so no TensorFlo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -13,6 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
+from transformer.checkpoint.config_file import write_atomically
 from transformer.errors import RunError
 
 METRICS_FILE = "metrics.jsonl"
@@ -58,9 +60,26 @@ class MetricWriter:
       self._tb.flush()
 
   def close(self) -> None:
-    if self._tb is not None:
-      self._tb.close()
-      self._tb = None
+    if self._tb is None:
+      return
+    tb, self._tb = self._tb, None
+    files = list((tb.all_writers or {}).values())
+    try:
+      tb.close()
+    except OSError:
+      for f in files:
+        _abandon(f.event_writer)
+      raise
+
+
+def _abandon(events: Any) -> None:
+  """Gives up a tensorboardX event file whose last flush failed (a full disk): the events not
+  yet written are lost either way, but tensorboardX would flush again at exit and its worker
+  thread would fail on its closed queue, each printing a traceback under the run's one-line
+  message. So it is marked closed and its worker stopped (tensorboardX has no public way)."""
+  events._closed = True
+  with contextlib.suppress(Exception):
+    events._worker.stop()
 
 
 def _read_records(path: str) -> tuple[list[tuple[str, dict[str, Any]]], Optional[str]]:
@@ -102,11 +121,9 @@ def _drop_after(path: str, step: int, rerun_splits: Sequence[str] = ()) -> None:
   if not os.path.exists(path):
     return
   records, _ = _read_records(path)
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w") as f:
-    f.writelines(line + "\n" for line, r in records
-                 if r["step"] < step or (r["step"] == step and r["split"] not in rerun_splits))
-  os.replace(tmp, path)
+  write_atomically(path, "".join(
+      line + "\n" for line, r in records
+      if r["step"] < step or (r["step"] == step and r["split"] not in rerun_splits)))
 
 
 def last_step(workdir: str) -> int:

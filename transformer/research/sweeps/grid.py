@@ -49,7 +49,7 @@ from typing import Any, Mapping, Optional, Sequence
 import ml_collections
 
 from transformer.config import SCALE_FIELDS
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, one_line
 from transformer.training import experiment
 
 POINTS_DIR = "points"
@@ -181,9 +181,18 @@ def check_sweep(sweep: Sweep) -> None:
         raise ConfigError(f"arm_values names {name!r}, which is not an arm; arms are {names}.")
       if not values or not all(isinstance(v, (int, float)) and v > 0 for v in values):
         raise ConfigError(f"arm_values[{name!r}]={values!r} needs positive numbers.")
+  if "seed" in sweep.fixed or any("seed" in a for a in sweep.axes) or "seed" in sweep.tune:
+    raise ConfigError("seed is set by the sweep's `seeds` (every point's repeat), so an axis, "
+                      "`fixed` or `tune` entry on it would be overwritten; list the seeds as "
+                      "seeds=(1, 2) instead.")
   base = experiment.load_config(sweep.base)
-  for field in list(sweep.fixed) + [f for a in sweep.axes for f in a] + list(sweep.tune):
+  for field in list(sweep.tune):
     _get_parent(base, field)  # raises on an unknown field
+  # Every value the points will set, on a copy of the base: a value of the wrong type is one
+  # line now, before any point's directory is made.
+  for field, value in list(sweep.fixed.items()) + [(f, v) for a in sweep.axes
+                                                   for f, values in a.items() for v in values]:
+    set_field(base, field, value)
 
 
 Overrides = tuple[tuple[str, Any], ...]
@@ -246,7 +255,11 @@ def set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None
   node, leaf = _get_parent(config, field)
   if field.startswith("model.") and leaf in SCALE_FIELDS and value is not None:
     value = str(value)
-  node[leaf] = value
+  try:
+    node[leaf] = value
+  except (TypeError, ValueError) as e:  # ml_collections keeps each field's type
+    raise ConfigError(f"The sweep sets {field}={value!r}, which does not fit the field "
+                      f"({one_line(e, 160)}); give it a value of the field's type.") from None
 
 
 def point_config(sweep: Sweep, point: Point) -> ml_collections.ConfigDict:

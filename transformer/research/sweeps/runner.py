@@ -34,21 +34,18 @@ from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_s
                                               is_finished, load_sweep, point_config,
                                               point_dir)
 from transformer.research.sweeps.stats import load_results, spike_stats
-from transformer.training import loop, sharding, steps
+from transformer.training import loop, sharding, steps, workdir_checks
 from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
 
 
 def claim(workdir: str, point: Point) -> Optional[filelock.BaseFileLock]:
-  """The point's lock, acquired; None when another process holds it."""
+  """The point's lock, acquired; None when another process holds it. The lock of training
+  (workdir_checks.try_lock, the same mechanism) is another file of the point's directory,
+  taken inside this one by the same process: they never wait on each other."""
   os.makedirs(point_dir(workdir, point), exist_ok=True)
-  lock = filelock.FileLock(os.path.join(point_dir(workdir, point), LOCK_FILE))
-  try:
-    lock.acquire(timeout=0)
-  except filelock.Timeout:
-    return None
-  return lock
+  return workdir_checks.try_lock(os.path.join(point_dir(workdir, point), LOCK_FILE))
 
 
 def _series(workdir: str) -> dict[str, list[list[float]]]:
@@ -209,6 +206,9 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
     return "\n".join(launch_lines(sweep, config_path, workdir))
   if not aggregate_only:
     run_sweep(sweep, workdir, only=points)
+    if not load_results(workdir):  # stopped (or every point busy elsewhere) before any finished
+      return (f"No point of sweep {sweep.name} has finished yet; rerun the same command to "
+              "continue it (a stopped point resumes from its checkpoint).")
   command = f"python scripts/sweep.py --config={config_path} --workdir=WORKDIR"
   summary = aggregate(sweep, workdir, command=command)
   logging.info("%d of %d points finished; tables in %s/results.md", summary["points"],
