@@ -59,6 +59,13 @@ def _train(model, tx, lr_fn, devices, batches, fsdp=1, **step_kw):
   return losses, sharding.to_host(state.params)
 
 
+def _assert_same_run(run_a, run_b):
+  """Two (losses, params) of one training: the same losses and params to float tolerance."""
+  np.testing.assert_allclose(run_b[0], run_a[0], rtol=1e-5)
+  for a, b in zip(jax.tree_util.tree_leaves(run_a[1]), jax.tree_util.tree_leaves(run_b[1])):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def _compiled(model, tx, lr_fn, devices, batch, fsdp=1, **step_kw):
   mesh, state, step = _compile(model, tx, lr_fn, devices, batch, fsdp, **step_kw)
   return step.lower(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1)).compile()
@@ -87,22 +94,16 @@ def test_gradient_accumulation_equals_one_big_batch(devices):
   model, tx, lr_fn = _setup(optimizer="sgd")
   model = Transformer(model.config.replace(dropout_rate=0.0))  # same math, no dropout keys
   batches = _batches(3)
-  full, p_full = _train(model, tx, lr_fn, devices[:2], batches)
-  accum, p_accum = _train(model, tx, lr_fn, devices[:2], batches, grad_accum_steps=4)
-  np.testing.assert_allclose(accum, full, rtol=1e-5)
-  for a, b in zip(jax.tree_util.tree_leaves(p_full), jax.tree_util.tree_leaves(p_accum)):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  _assert_same_run(_train(model, tx, lr_fn, devices[:2], batches),
+                   _train(model, tx, lr_fn, devices[:2], batches, grad_accum_steps=4))
 
 
 @pytest.mark.parametrize("fsdp", [8, 4])  # fsdp 8; data 2 x fsdp 4
 def test_fsdp_computes_what_one_device_computes(devices, fsdp):
   model, tx, lr_fn = _setup()
   batches = _batches(5)
-  one, p1 = _train(model, tx, lr_fn, devices[:1], batches)
-  sharded, p8 = _train(model, tx, lr_fn, devices, batches, fsdp=fsdp)
-  np.testing.assert_allclose(sharded, one, rtol=1e-5)
-  for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p8)):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  _assert_same_run(_train(model, tx, lr_fn, devices[:1], batches),
+                   _train(model, tx, lr_fn, devices, batches, fsdp=fsdp))
 
 
 def test_fsdp_splits_params_and_optimizer_state_over_the_devices(devices):
@@ -137,11 +138,8 @@ def test_gradient_accumulation_keeps_each_device_on_its_own_rows(devices):
   assert "all-reduce" in hlo
   for other in ("all-gather", "all-to-all", "collective-permute", "reduce-scatter"):
     assert other not in hlo
-  full, p_full = _train(model, tx, lr_fn, devices, batches)
-  acc, p_acc = _train(model, tx, lr_fn, devices, batches, grad_accum_steps=4)
-  np.testing.assert_allclose(acc, full, rtol=1e-5)
-  for a, b in zip(jax.tree_util.tree_leaves(p_full), jax.tree_util.tree_leaves(p_acc)):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  _assert_same_run(_train(model, tx, lr_fn, devices, batches),
+                   _train(model, tx, lr_fn, devices, batches, grad_accum_steps=4))
 
 
 def test_step_rng_is_folded_with_the_step(devices):
