@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from typing import Any, Optional, Sequence
 
@@ -109,6 +110,9 @@ def target_devices(target: str) -> tuple[list[Any], Chip]:
           platform="cuda", topology_name="h100", target_config=_h100_target_config(),
           topology=f"1x1x{int(shape or 1)}")
     else:
+      # Compiling touches no chip, so the lock libtpu takes against a second process
+      # (another compile, a parallel test worker) is not needed.
+      os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
       desc = topologies.get_topology_desc(topology_name=f"{kind.lower()}:{shape}",
                                           platform="tpu")
   except Exception as e:  # noqa: BLE001  (a missing plugin or an unknown shape)
