@@ -89,6 +89,30 @@ def micro_batches(batch: Batch, num_micro: int, shards: int = 1) -> Batch:
   return jax.tree_util.tree_map(split, batch)
 
 
+def gather_weights(params: Any, mesh: Mesh, dtype: Any) -> Any:
+  """FSDP: every weight whole where the model uses it, in the compute `dtype` (the layers
+  cast their float32 params to it at use anyway: gathering after the cast moves half the
+  bytes under bfloat16), and its gradient sent back split, in the params' own dtype.
+
+  A plain sharding constraint would carry the same (whole) layout onto the gradient, i.e. an
+  all-reduce; the custom backward asks for the params' split layout instead, which XLA meets
+  with a reduce-scatter: each device receives only its slice of the summed gradient.
+  """
+  whole, split = sharding.replicated(mesh), sharding.tree_shardings(params, mesh)
+  cast = lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x  # noqa: E731
+
+  @jax.custom_vjp
+  def gather(p):
+    return jax.lax.with_sharding_constraint(jax.tree_util.tree_map(cast, p), whole)
+
+  def backward(_, grads):
+    grads = jax.lax.with_sharding_constraint(grads, split)
+    return (jax.tree_util.tree_map(lambda g, x: g.astype(x.dtype), grads, params),)
+
+  gather.defvjp(lambda p: (gather(p), None), backward)
+  return gather(params)
+
+
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     learning_rate_fn: Callable[[jax.Array], jax.Array], *,
                     label_smoothing: float = 0.0, z_loss: float = 0.0,
@@ -101,11 +125,11 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
   With `mesh`, gradients are constrained to their params' layout (an fsdp mesh reduce-scatters
   them) and micro-batches to the devices' own rows.
   """
-  gather = mesh is not None and sharding.fsdp_size(mesh) > 1
+  fsdp = mesh is not None and sharding.fsdp_size(mesh) > 1
 
   def loss(params, batch, rng):
-    if gather:  # FSDP: each weight whole where it is used; its gradient goes back split
-      params = jax.lax.with_sharding_constraint(params, sharding.replicated(mesh))
+    if fsdp:
+      params = gather_weights(params, mesh, model.config.compute_dtype)
     return _sum_loss(model, params, batch, rng, label_smoothing, z_loss, loss_chunk_size)
 
   grad_fn = jax.value_and_grad(loss, has_aux=True)
