@@ -6,7 +6,8 @@ the same step, or the next collective of one waits forever for the others: JAX's
 sync service decides it. Its notifier, installed by `jax.distributed.initialize`, owns SIGTERM
 in C++ and tells every process; at the next step each process reports its step and all agree
 on the largest plus one (`multihost_utils.reached_preemption_sync_point`, a local check until
-a notice comes: about 1 us a step). A SIGINT is passed on to it as a SIGTERM to this process.
+a notice comes: 0.2-0.7 us a step measured on 2 CPU processes, against about 100 ms for a step of
+configs/default.py on a CPU). A SIGINT is passed on to it as a SIGTERM to this process.
 """
 
 from __future__ import annotations
