@@ -7,7 +7,9 @@ setuptools.setup(
     version="0.1.0",
     description="A faithful, fast Transformer in JAX/Flax whose every scale factor is a config knob.",
     packages=setuptools.find_packages(include=["transformer", "transformer.*"]),
-    python_requires=">=3.10",
+    # The highest Requires-Python of jax, flax, orbax-checkpoint and grain (tests/test_setup.py):
+    # an older interpreter gets pip's refusal, not an older, untested stack.
+    python_requires=">=3.11",
     install_requires=[
         "jax>=0.6,<0.11",
         "flax>=0.10,<0.13",

@@ -6,6 +6,7 @@
 #   TPU_NAME=my-tpu bash launch/tpu_vm.sh setup
 #   TPU_NAME=my-tpu WORKDIR=gs://my-bucket/runs/base bash launch/tpu_vm.sh train [--config.FIELD=VALUE ...]
 #   TPU_NAME=my-tpu bash launch/tpu_vm.sh delete
+#   DRY_RUN=1 WORKERS=2 TPU_NAME=my-tpu WORKDIR=gs://b/r bash launch/tpu_vm.sh train   # print only
 #
 # On a slice every worker runs the same command; train.py, given no --coordinator_address,
 # calls jax.distributed.initialize() with no arguments, which on Cloud TPU finds the other
@@ -22,7 +23,8 @@ usage() {
 Usage: bash launch/tpu_vm.sh {create|setup|train|stop|delete} [--config.FIELD=VALUE ...]
 
   create   gcloud compute tpus tpu-vm create TPU_NAME (ACCELERATOR_TYPE, RUNTIME_VERSION)
-  setup    copy this checkout (or git clone REPO_URL) to every worker; pip install it with jax[tpu]
+  setup    copy this checkout (or git clone REPO_URL) to every worker; check its Python (>= 3.11)
+           and pip install -e '.[tpu]'
   train    run scripts/train.py on every worker at once; extra arguments go to train.py
   stop     stop a DETACH=1 training run on every worker
   delete   gcloud compute tpus tpu-vm delete TPU_NAME
@@ -38,10 +40,13 @@ Environment:
   REPO_URL          git URL to clone on the workers instead of copying this checkout (default: copy)
   REPO_REF          branch or tag of REPO_URL         (default: the remote's default branch)
   REMOTE_DIR        checkout directory on the workers, relative to home (default: transformer)
-  JAX_SPEC          pip requirement for JAX on TPU    (default: jax[tpu])
+  JAX_SPEC          extra pip requirement installed with '.[tpu]', e.g. jax[tpu]==0.10.2 (default: none)
+  PYTHON            interpreter on the workers, Python >= 3.11 (default: python3)
   CONFIG            experiment config                 (default: configs/default.py)
   WORKDIR           (required for train) run directory; gs://BUCKET/PATH on a multi-host slice
   DETACH            1 = train under nohup, log to ~/train.log on each worker, return at once (default: 0)
+  DRY_RUN           1 = run nothing: print each gcloud command, then the command every worker would run
+  WORKERS           workers of the slice, for DRY_RUN's listing (default: 1)
 EOF
 }
 
@@ -64,11 +69,16 @@ SPOT="${SPOT:-0}"
 REPO_URL="${REPO_URL:-}"
 REPO_REF="${REPO_REF:-}"
 REMOTE_DIR="${REMOTE_DIR:-transformer}"
-JAX_SPEC="${JAX_SPEC:-jax[tpu]}"
+JAX_SPEC="${JAX_SPEC:-}"
+PYTHON="${PYTHON:-python3}"
+MIN_PYTHON=3.11  # setup.py's python_requires (tests/test_launch.py)
+MIN_PYTHON_TUPLE="${MIN_PYTHON/./, }"
 CONFIG="${CONFIG:-configs/default.py}"
 WORKDIR="${WORKDIR:-}"
 DETACH="${DETACH:-0}"
 GCLOUD="${GCLOUD:-gcloud}"
+DRY_RUN="${DRY_RUN:-0}"
+WORKERS="${WORKERS:-1}"
 if [ -z "${RUNTIME_VERSION:-}" ]; then
   case "$ACCELERATOR_TYPE" in
     v6e-*) RUNTIME_VERSION=v2-alpha-tpuv6e ;;
@@ -85,16 +95,29 @@ esac
 location=(--zone="$ZONE")
 if [ -n "$PROJECT" ]; then location+=(--project="$PROJECT"); fi
 
-# Run a shell command on every worker of the slice at once.
-on_all_workers() {
-  "$GCLOUD" compute tpus tpu-vm ssh "$TPU_NAME" "${location[@]}" --worker=all --command="$1"
-}
-
 # Quote words for the workers' bash.
 quote() {
   local quoted
   quoted="$(printf '%q ' "$@")"
   printf '%s' "${quoted% }"
+}
+
+# Run gcloud, or with DRY_RUN=1 print the command line instead.
+run_gcloud() {
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "$(quote "$GCLOUD" "$@")"
+  else
+    "$GCLOUD" "$@"
+  fi
+}
+
+# Run a shell command on every worker of the slice at once (with DRY_RUN=1, also print what
+# each worker runs: the same command on all).
+on_all_workers() {
+  run_gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${location[@]}" --worker=all --command="$1"
+  if [ "$DRY_RUN" = 1 ]; then
+    for ((worker = 0; worker < WORKERS; worker++)); do echo "worker $worker: $1"; done
+  fi
 }
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -103,7 +126,7 @@ case "$command_name" in
   create)
     extra=()
     if [ "$SPOT" = 1 ]; then extra+=(--spot); fi
-    "$GCLOUD" compute tpus tpu-vm create "$TPU_NAME" "${location[@]}" \
+    run_gcloud compute tpus tpu-vm create "$TPU_NAME" "${location[@]}" \
       --accelerator-type="$ACCELERATOR_TYPE" --version="$RUNTIME_VERSION" ${extra[@]+"${extra[@]}"}
     ;;
 
@@ -121,16 +144,22 @@ else git clone $(quote ${branch[@]+"${branch[@]}"} "$REPO_URL") $REMOTE_DIR; fi"
       (cd "$repo_root" && git ls-files -z --cached --others --exclude-standard \
         | while IFS= read -r -d '' f; do if [ -e "$f" ]; then printf '%s\0' "$f"; fi; done \
         | tar --null -T - -czf "$tarball")
-      "$GCLOUD" compute tpus tpu-vm scp "$tarball" "$TPU_NAME:transformer-src.tar.gz" \
+      run_gcloud compute tpus tpu-vm scp "$tarball" "$TPU_NAME:transformer-src.tar.gz" \
         "${location[@]}" --worker=all
       fetch="mkdir -p $REMOTE_DIR && tar -xzf \$HOME/transformer-src.tar.gz -C $REMOTE_DIR \
 && rm \$HOME/transformer-src.tar.gz"
     fi
+    # An older Python would make pip pick an older, untested stack: stop with one line instead.
+    py="$(quote "$PYTHON")"
+    check_python="$py -c 'import sys; sys.exit(sys.version_info < ($MIN_PYTHON_TUPLE))' \
+|| { echo \"tpu_vm.sh: worker \$(hostname): \$($py -V 2>&1) is older than Python $MIN_PYTHON, which \
+the package needs; install python$MIN_PYTHON there and set PYTHON=python$MIN_PYTHON, or create the TPU \
+with a RUNTIME_VERSION whose Python is $MIN_PYTHON or newer\" >&2; exit 1; }"
     # One pip call, so the resolver picks a jax[tpu] within the package's pinned range.
-    on_all_workers "set -e; $fetch; cd $REMOTE_DIR; python3 -m pip install --upgrade pip; \
-python3 -m pip install -e . $(quote "$JAX_SPEC") \
+    on_all_workers "set -e; $check_python; $fetch; cd $REMOTE_DIR; $py -m pip install --upgrade pip; \
+$py -m pip install -e $(quote ".[tpu]" ${JAX_SPEC:+"$JAX_SPEC"}) \
 -f https://storage.googleapis.com/jax-releases/libtpu_releases.html; \
-python3 -c 'import jax; jax.distributed.initialize(); \
+$py -c 'import jax; jax.distributed.initialize(); \
 print(\"process\", jax.process_index(), \"of\", jax.process_count(), \"devices\", jax.device_count())'"
     ;;
 
@@ -141,7 +170,7 @@ print(\"process\", jax.process_index(), \"of\", jax.process_count(), \"devices\"
       *) echo "tpu_vm.sh: warning: WORKDIR=$WORKDIR is local to each worker; on a multi-host" \
            "slice use gs://BUCKET/PATH so all workers share it" >&2 ;;
     esac
-    train="python3 scripts/train.py $(quote --config="$CONFIG" --workdir="$WORKDIR" "$@")"
+    train="$(quote "$PYTHON") scripts/train.py $(quote --config="$CONFIG" --workdir="$WORKDIR" "$@")"
     if [ "$DETACH" = 1 ]; then
       on_all_workers "cd $REMOTE_DIR || exit 1; nohup $train > \$HOME/train.log 2>&1 < /dev/null & \
 echo \$! > \$HOME/train.pid; echo \"worker \$(hostname): started pid \$(cat \$HOME/train.pid), log ~/train.log\""
@@ -156,6 +185,6 @@ rm -f \$HOME/train.pid; fi"
     ;;
 
   delete)
-    "$GCLOUD" compute tpus tpu-vm delete "$TPU_NAME" "${location[@]}" --quiet
+    run_gcloud compute tpus tpu-vm delete "$TPU_NAME" "${location[@]}" --quiet
     ;;
 esac

@@ -10,6 +10,7 @@ itself must not leak into them unchecked.
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import stat
@@ -239,6 +240,10 @@ def fake_gcloud(tmp_path):
   fakebin.mkdir()
   _executable(fakebin / "python3", """
       #!/usr/bin/env bash
+      if [ -n "${FAKE_PYTHON_VERSION:-}" ]; then  # an older interpreter: fails the version check
+        if [ "$1" = -V ]; then echo "Python $FAKE_PYTHON_VERSION"; fi
+        exit 1
+      fi
       printf '%s\\n' "$(printf '[%s]' "$@")" >> "$FAKE_PYTHON_LOG"
       """)
   _executable(fakebin / "git", """
@@ -305,9 +310,25 @@ def test_tpu_vm_setup_copies_checkout_and_installs(fake_gcloud):
   checkout = fake_gcloud.home / "transformer"
   assert (checkout / "launch" / "tpu_vm.sh").exists() and (checkout / "setup.py").exists()
   assert not (fake_gcloud.home / "transformer-src.tar.gz").exists()
-  assert python_calls[0] == "[-m][pip][install][--upgrade][pip]"
-  assert python_calls[1].startswith("[-m][pip][install][-e][.][jax[tpu]][-f]")
-  assert python_calls[2].startswith("[-c][import jax; jax.distributed.initialize();")
+  assert python_calls[0] == "[-c][import sys; sys.exit(sys.version_info < (3, 11))]"
+  assert python_calls[1] == "[-m][pip][install][--upgrade][pip]"
+  assert python_calls[2].startswith("[-m][pip][install][-e][.[tpu]][-f]")
+  assert python_calls[3].startswith("[-c][import jax; jax.distributed.initialize();")
+
+
+def test_tpu_vm_setup_stops_at_an_old_python_with_one_line(fake_gcloud):
+  result, _, _ = fake_gcloud("setup", FAKE_PYTHON_VERSION="3.10.12")
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1].startswith("tpu_vm.sh: worker ")
+  assert "Python 3.10.12 is older than Python 3.11" in result.stderr
+  assert not (fake_gcloud.home / "transformer").exists()  # nothing unpacked
+
+
+def test_tpu_vm_asks_for_the_python_setup_py_asks_for():
+  script = (LAUNCH / "tpu_vm.sh").read_text()
+  setup = (REPO / "setup.py").read_text()
+  minimum = re.search(r"^MIN_PYTHON=(\S+)", script, re.M).group(1)
+  assert f'python_requires=">={minimum}"' in setup
 
 
 def test_tpu_vm_setup_from_git_url(fake_gcloud):
@@ -316,10 +337,10 @@ def test_tpu_vm_setup_from_git_url(fake_gcloud):
   assert result.returncode == 0, result.stderr
   assert [c[3] for c in calls] == ["ssh"]  # no scp
   home = fake_gcloud.home
-  assert worker_calls[0] == f"git clone --branch v1 https://example.com/r.git {home}/transformer"
-  assert worker_calls[2].startswith("[-m][pip][install][-e][.][jax[tpu]]")
+  assert worker_calls[1] == f"git clone --branch v1 https://example.com/r.git {home}/transformer"
+  assert worker_calls[3].startswith("[-m][pip][install][-e][.[tpu]]")
   result, _, worker_calls = fake_gcloud("setup", REPO_URL="https://example.com/r.git")
-  assert worker_calls[0] == f"git -C {home}/transformer pull --ff-only"  # a second setup pulls
+  assert worker_calls[1] == f"git -C {home}/transformer pull --ff-only"  # a second setup pulls
 
 
 def test_tpu_vm_train_runs_on_all_workers(fake_gcloud):
@@ -345,6 +366,47 @@ def test_tpu_vm_train_detached_and_stop(fake_gcloud):
   result, _, _ = fake_gcloud("stop")
   assert result.returncode == 0, result.stderr
   assert not (fake_gcloud.home / "train.pid").exists()
+
+
+def _dry_run(script, *args, **env):
+  result = subprocess.run(["bash", str(LAUNCH / script), *args], cwd=REPO,
+                          env=_env(DRY_RUN="1", **env), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+  assert result.returncode == 0, result.stderr
+  return result.stdout.splitlines()
+
+
+def _per_worker(lines, prefix, count):
+  """The commands printed for workers (or tasks) 0..count-1: there must be exactly these."""
+  listed = [l for l in lines if re.match(rf"{prefix} \d+: ", l)]
+  assert [l.split(":", 1)[0] for l in listed] == [f"{prefix} {i}" for i in range(count)]
+  return [l.split(": ", 1)[1] for l in listed]
+
+
+def test_tpu_vm_dry_run_prints_what_every_worker_of_a_two_worker_slice_runs(tmp_path):
+  env = dict(TPU_NAME="my-tpu", WORKERS="2", GCLOUD=str(tmp_path / "no-gcloud"))  # never run
+  lines = _dry_run("tpu_vm.sh", "setup", **env)
+  assert lines[0].startswith(f"{tmp_path}/no-gcloud compute tpus tpu-vm scp ")
+  assert lines[1].startswith(f"{tmp_path}/no-gcloud compute tpus tpu-vm ssh my-tpu ")
+  assert "--worker=all" in lines[1]
+  setup = _per_worker(lines, "worker", 2)
+  assert setup[0] == setup[1] and "sys.version_info < (3, 11)" in setup[0]
+  assert r"python3 -m pip install -e .\[tpu\] -f " in setup[0]  # the extra, as bash reads it
+  lines = _dry_run("tpu_vm.sh", "train", "--config.num_train_steps=10", WORKDIR="gs://b/run x",
+                   **env)
+  train = _per_worker(lines, "worker", 2)
+  assert train == [r"cd $HOME/transformer && python3 scripts/train.py "
+                   r"--config=configs/default.py --workdir=gs://b/run\ x "
+                   r"--config.num_train_steps=10"] * 2
+  assert not list(tmp_path.iterdir())  # nothing was run
+
+
+def test_slurm_dry_run_prints_what_every_task_runs_outside_slurm():
+  lines = _dry_run("slurm_gpu.sbatch", "--config.seed=1", WORKDIR="gs://b/run", SLURM_NTASKS="2")
+  command = ("python3 scripts/train.py --config=configs/default.py --workdir=gs://b/run "
+             "--config.seed=1")
+  assert f"srun --kill-on-bad-exit=1 --gpu-bind=none {command}" in lines
+  assert _per_worker(lines, "task", 2) == [f"cd {REPO} && {command}"] * 2
 
 
 @pytest.mark.parametrize("args,env,message", [

@@ -36,3 +36,7 @@ def test_a_second_ctrl_c_interrupts_at_once():
 
 def test_one_process_decides_alone():
   assert stop_signals.any_process(True) and not stop_signals.any_process(False)
+  with stop_signals.StopSignals() as signals:
+    assert not signals.should_stop(0)
+    _deliver(signal.SIGTERM)
+    assert signals.should_stop(1) and signals.stopped_by == "SIGTERM"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,7 +27,7 @@ def _env(devices=1):
           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
 
 
-def _tiny_flags(tfds_dir, workdir, steps=40, every=10):
+def _tiny_flags(tfds_dir, workdir, steps=40, every=10, log_every=1):
   """The flags that shrink configs/default.py to the conftest's tiny experiment."""
   return [f"--config={DEFAULT}", f"--workdir={workdir}", f"--config.tfds_data_dir={tfds_dir}",
           "--config.model.d_model=32", "--config.model.num_heads=2", "--config.model.d_ff=64",
@@ -35,7 +36,7 @@ def _tiny_flags(tfds_dir, workdir, steps=40, every=10):
           "--config.synthetic.max_len=8", "--config.synthetic.num_train=512",
           "--config.synthetic.num_eval=40", "--config.max_len=9", "--config.batch_size=16",
           f"--config.num_train_steps={steps}", "--config.warmup_steps=5",
-          "--config.log_every_steps=1", f"--config.eval_every_steps={steps}",
+          f"--config.log_every_steps={log_every}", f"--config.eval_every_steps={steps}",
           f"--config.checkpoint_every_steps={every}"]
 
 
@@ -154,18 +155,85 @@ def _free_port():
     return s.getsockname()[1]
 
 
+def _two_processes(flags, logs):
+  """Starts scripts/train.py as processes 0 and 1 of one run, 2 CPU devices each; process I
+  writes its stderr to logs/process_I.log (proc.log)."""
+  logs.mkdir(parents=True, exist_ok=True)
+  port = _free_port()
+  procs = []
+  for i in range(2):
+    log = logs / f"process_{i}.log"
+    with open(log, "w") as err:
+      procs.append(subprocess.Popen(
+          [sys.executable, TRAIN, *flags, f"--coordinator_address=127.0.0.1:{port}",
+           "--num_processes=2", f"--process_id={i}"], env=_env(2), cwd=REPO,
+          stdout=subprocess.DEVNULL, stderr=err))
+    procs[-1].log = log
+  return procs
+
+
+def _finish(procs, timeout=300):
+  """Waits up to `timeout` seconds in all for every process; each must exit 0. Returns their
+  stderr; kills any left running."""
+  deadline = time.monotonic() + timeout
+  try:
+    for p in procs:
+      p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+      assert p.returncode == 0, p.log.read_text()[-3000:]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  return [p.log.read_text() for p in procs]
+
+
 def test_two_processes_train_like_one_process_with_as_many_devices(tfds_dir, tmp_path):
   flags = lambda w: _tiny_flags(tfds_dir, w, steps=5, every=5)  # noqa: E731
   single = _run(flags(tmp_path / "single"), devices=4)
   assert single.returncode == 0, single.stderr[-2000:]
-  port = _free_port()
-  procs = [subprocess.Popen(
-      [sys.executable, TRAIN, *flags(tmp_path / "multi"), f"--coordinator_address=127.0.0.1:{port}",
-       "--num_processes=2", f"--process_id={i}"], env=_env(2), cwd=REPO,
-      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(2)]
-  for p in procs:
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err[-3000:]
+  _finish(_two_processes(flags(tmp_path / "multi"), tmp_path / "logs"))
   np.testing.assert_allclose([r["loss"] for r in writers.read_metrics(str(tmp_path / "multi"), "train")],
                              [r["loss"] for r in writers.read_metrics(str(tmp_path / "single"), "train")],
                              rtol=1e-5)
+
+
+POD_STEPS = 100  # long enough that each signal lands well before the end
+SIGNALLED = [(1,), (0,), (0, 1)]  # which processes a preemption reaches, run after run
+
+
+def _wait_for_progress(proc, step, procs, timeout=120):
+  """Waits until `proc`'s progress bar (tqdm, on its stderr) shows `step`: no log step, no
+  periodic checkpoint needed."""
+  start = time.time()
+  while max(map(int, re.findall(r"\| *(\d+)/\d+ \[", proc.log.read_text())), default=0) < step:
+    assert all(p.poll() is None for p in procs) and time.time() - start < timeout, \
+        f"the run did not reach step {step}"
+    time.sleep(0.05)
+
+
+def test_a_sigterm_to_any_process_stops_both_at_one_step_and_the_rerun_resumes(tfds_dir,
+                                                                                tmp_path):
+  """A pod's preemption: SIGTERM to process 1, to process 0, to both; no log step and no
+  checkpoint in between (both are past the end). Each time both save the same step and exit 0
+  within 30 s; the runs resume one after the other and end where an uninterrupted run ends."""
+  flags = lambda w: _tiny_flags(tfds_dir, w, steps=POD_STEPS, every=POD_STEPS,  # noqa: E731
+                                log_every=POD_STEPS + 1)
+  _finish(_two_processes(flags(tmp_path / "straight"), tmp_path / "logs_straight"))
+  workdir = tmp_path / "w"
+  saved = 0
+  for run, signalled in enumerate(SIGNALLED):
+    procs = _two_processes(flags(workdir), tmp_path / f"logs_{run}")
+    _wait_for_progress(procs[0], saved + 2, procs)
+    for i in signalled:
+      procs[i].send_signal(signal.SIGTERM)
+    errs = _finish(procs, timeout=30)
+    steps = {int(re.search(r"SIGTERM: saved a checkpoint at step (\d+)", e).group(1)) for e in errs}
+    assert len(steps) == 1, steps
+    step = steps.pop()
+    assert saved < step < POD_STEPS and step in checkpoint.finished_steps(
+        checkpoint.checkpoint_dir(str(workdir)))
+    saved = step
+  _finish(_two_processes(flags(workdir), tmp_path / "logs_end"))
+  for a, b in zip(_params(tmp_path / "straight"), _params(workdir)):
+    np.testing.assert_array_equal(a, b)

@@ -218,7 +218,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
             if last else {}
     while step < num_steps:
-      if signals.stopped_by and stop_signals.any_process(True):
+      if signals.should_stop(step):  # every process asks at every step: they stop together
         break
       if profile and step == profile[0] and primary:
         jax.profiler.start_trace(os.path.join(workdir, PROFILE_DIR))
@@ -254,8 +254,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
           bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                           tok_s=f"{summary['tokens_per_sec']:.0f}")
           final["train"] = summary
-          if jax.process_count() > 1 and stop_signals.any_process(bool(signals.stopped_by)):
-            signals.stopped_by = signals.stopped_by or "SIGTERM"  # another process's signal
       if step % config.checkpoint_every_steps == 0 or is_last:
         ckpt.save(step, state, data_iter=train_iter, config=resolved)
       run_evals(step)
