@@ -25,9 +25,11 @@ _TARGET = flags.DEFINE_string("target", "v5e:4x4", "A TPU topology (v5e:4x4, v4:
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON report here too.")
 _TABLE = flags.DEFINE_string("table", None, "Build the README's table in this directory.")
 _AGGREGATE_ONLY = flags.DEFINE_bool("aggregate_only", False, "With --table: no compiling.")
+_ONLY = flags.DEFINE_string("only", "", "With --table: compile only rows whose name holds this "
+                            "(e.g. big_v4), to share the rows between processes.")
 
 
-def table(directory: str, aggregate_only: bool) -> None:
+def table(directory: str, aggregate_only: bool, only: str = "") -> None:
   os.makedirs(directory, exist_ok=True)
   rows = {}
   for path in compile_report.TABLE_CONFIGS:
@@ -35,7 +37,7 @@ def table(directory: str, aggregate_only: bool) -> None:
       for layout, fsdp in compile_report.TABLE_LAYOUTS.items():
         name = compile_report.table_row_name(path, target, layout)
         out = os.path.join(directory, name + ".json")
-        if not os.path.exists(out) and not aggregate_only:
+        if not os.path.exists(out) and not aggregate_only and only in name:
           config = experiment.load_config(path)
           config.model.dtype, config.fsdp = "bfloat16", fsdp
           report = compile_report.compile_report(config, target)
@@ -54,7 +56,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if _TABLE.value:
-    return table(_TABLE.value, _AGGREGATE_ONLY.value)
+    return table(_TABLE.value, _AGGREGATE_ONLY.value, _ONLY.value)
   if _CONFIG.value is None:
     raise app.UsageError("Pass --config=configs/X.py (or --table=DIR).")
   report = compile_report.compile_report(errors.config_of(_CONFIG), _TARGET.value)

@@ -120,3 +120,13 @@ def pytest_unconfigure(config):
   own = os.environ.get("TRANSFORMER_TESTS_OWN_CACHE")
   if own and not hasattr(config, "workerinput"):
     shutil.rmtree(own, ignore_errors=True)
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "slow: a test of minutes; collected first (see below)")
+
+
+def pytest_collection_modifyitems(config, items):
+  """The slowest tests first, so that the two xdist workers do not end with one of them alone
+  running a test of minutes while the other waits."""
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: else in order

@@ -6,6 +6,7 @@ import json
 
 import nbclient
 import nbformat
+import pytest
 
 from conftest import REPO
 from transformer.training import loop
@@ -19,6 +20,7 @@ def _images(nb) -> int:
              for out in cell.get("outputs", []))
 
 
+@pytest.mark.slow
 def test_the_notebook_runs_top_to_bottom_on_a_tiny_run(tiny_config, tmp_path, monkeypatch):
   workdir = str(tmp_path / "run")
   tiny_config.diagnostics_every_steps = 2

@@ -84,6 +84,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
     assert f"resumes from step {max(kept)}" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_one_mesh_resumes_on_another_to_the_same_params(tiny_config, tmp_path):
   # The key bias has an exactly-zero true gradient, which Adam turns into +-lr noise.
   tiny_config.model.use_bias = False

@@ -188,6 +188,7 @@ def _finish(procs, timeout=300):
   return [p.log.read_text() for p in procs]
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one_process_with_as_many_devices(tfds_dir, tmp_path):
   flags = lambda w: _tiny_flags(tfds_dir, w, steps=5, every=5)  # noqa: E731
   single = _run(flags(tmp_path / "single"), devices=4)
@@ -212,6 +213,7 @@ def _wait_for_progress(proc, step, procs, timeout=120):
     time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_sigterm_to_any_process_stops_both_at_one_step_and_the_rerun_resumes(tfds_dir,
                                                                                 tmp_path):
   """A pod's preemption: SIGTERM to process 1, to process 0, to both; no log step and no
