@@ -100,6 +100,14 @@ def test_collectives_are_counted_with_the_bytes_of_their_results():
       "reduce-scatter": {"count": 1, "bytes": 15 * 4}}
 
 
+@pytest.mark.parametrize("target,kind", [("v4:2x2x1", "TPU v4"), ("v5p:2x2x1", "TPU v5"),
+                                         ("v5e:2x2", "TPU v5 lite")])
+def test_one_device_is_one_chip_whose_published_figures_apply(tpu, target, kind):
+  # v4 and v5p chips have two TensorCores each; a device per core would halve HBM and peak.
+  devices, _ = compile_report.target_devices(target)
+  assert len(devices) == 4 and {d.device_kind for d in devices} == {kind}
+
+
 def test_an_unknown_target_is_one_line():
   with pytest.raises(ConfigError, match="Unknown target 'v9x:2x2'"):
     compile_report.target_devices("v9x:2x2")

@@ -113,13 +113,25 @@ def target_devices(target: str) -> tuple[list[Any], Chip]:
       # Compiling touches no chip, so the lock libtpu takes against a second process
       # (another compile, a parallel test worker) is not needed.
       os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+      # v4 and v5p chips hold two TensorCores; "megacore" makes each chip one device, as
+      # a real v4/v5p slice presents them (libtpu's v4 default is one device per core, which
+      # would set per-chip HBM and peak against half a chip).
       desc = topologies.get_topology_desc(topology_name=f"{kind.lower()}:{shape}",
-                                          platform="tpu")
+                                          platform="tpu", **_chip_config(kind.lower()))
   except Exception as e:  # noqa: BLE001  (a missing plugin or an unknown shape)
     extra = "tpu" if kind.lower() != "h100" else "cuda12"
     raise ConfigError(f"Cannot make the devices of {target!r} here ({_first_line(e)}); "
                       f"install the plugin with pip install -e '.[{extra}]'.") from None
-  return list(desc.devices), chip
+  devices = list(desc.devices)
+  chips = math.prod(int(n) for n in shape.split("x")) if kind.lower() != "h100" else len(devices)
+  if len(devices) != chips:  # the CHIPS figures are per chip: one device must be one chip
+    raise ConfigError(f"{target!r} gave {len(devices)} devices for {chips} chips; the report "
+                      "needs one device per chip.")
+  return devices, chip
+
+
+def _chip_config(kind: str) -> dict[str, str]:
+  return {"chip_config_name": "megacore"} if kind in ("v4", "v5p") else {}
 
 
 def _first_line(e: BaseException) -> str:
