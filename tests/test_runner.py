@@ -9,31 +9,30 @@ import sys
 import pytest
 
 from test_grid import REPO, TINY, tiny_sweep
+from transformer import storage
 from transformer.errors import TrainingError
 from transformer.research import sweeps
 from transformer.training import loop
 
 
-def test_interrupted_sweep_resumes_and_aggregates_from_results(tmp_path):
-  """A sweep stopped after its first point reruns only the rest; the tables rebuild alike."""
+def test_interrupted_sweep_resumes_and_aggregates_from_results(gcs):
+  """A sweep stopped after its first point reruns only the rest; the tables rebuild alike.
+  Its workdir is in a bucket (the emulator): points, locks, results and plots go there."""
   sweep = tiny_sweep()
-  workdir = str(tmp_path / "w")
+  workdir = f"gs://{gcs}/sweep"
   first, second = sweeps.expand(sweep)
   assert sweeps.run_sweep(sweep, workdir, only=[first.name]) == [first]  # "interrupted" here
-  result_file = os.path.join(sweeps.point_dir(workdir, first), sweeps.RESULT_FILE)
-  stamp = os.stat(result_file).st_mtime_ns
+  result_file = storage.as_path(storage.join(sweeps.point_dir(workdir, first), sweeps.RESULT_FILE))
+  stored = result_file.read_text()
   lines = sweeps.launch_lines(sweep, "S.py", workdir)
   assert len(lines) == 2 and second.name in lines[0] and "--aggregate_only" in lines[1]
 
   assert sweeps.run_sweep(sweep, workdir) == [second]
-  assert os.stat(result_file).st_mtime_ns == stamp
   assert sweeps.run_sweep(sweep, workdir) == []
+  assert result_file.read_text() == stored and json.loads(stored)["status"] == "ok"
 
   sweeps.aggregate(sweep, workdir, command="CMD")
-  table = open(os.path.join(workdir, "results.md")).read()
-  with open(result_file) as f:
-    stored = json.load(f)
-  assert stored["status"] == "ok"
+  table = storage.as_path(storage.join(workdir, "results.md")).read_text()
   # The paper's scale gives an input-embedding / PE ratio of sqrt(2) at init; none gives
   # sqrt(2/d) (d = 32).
   ratio = {r["group"]: r["metrics"]["init/decoder/embed/ratio"]
@@ -41,15 +40,15 @@ def test_interrupted_sweep_resumes_and_aggregates_from_results(tmp_path):
   assert ratio["embed_scale=sqrt_d"] == pytest.approx(math.sqrt(2), rel=0.1)
   assert ratio["embed_scale=none"] == pytest.approx(math.sqrt(2 / 32), rel=0.1)
   for name in ("results.md", "results.csv"):
-    os.remove(os.path.join(workdir, name))
+    storage.as_path(storage.join(workdir, name)).unlink()
   proc = subprocess.run(
       [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--config=SWEEP",
        f"--workdir={workdir}", "--aggregate_only"], capture_output=True, text=True, cwd=REPO)
   assert proc.returncode != 0 and "error: Sweep file SWEEP does not exist" in proc.stderr
   sweeps.aggregate(sweep, workdir, command="CMD")
-  assert open(os.path.join(workdir, "results.md")).read() == table
+  assert storage.as_path(storage.join(workdir, "results.md")).read_text() == table
   for plot in ("eval_nll.png", "diagnostics_decoder_embed_ratio.png"):
-    assert os.path.getsize(os.path.join(workdir, "plots", plot)) > 1000
+    assert len(storage.as_path(storage.join(workdir, "plots", plot)).read_bytes()) > 1000
 
 
 def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):

@@ -14,31 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TRAIN, script_env as _env, tiny_train_flags as _tiny_flags
 from transformer import checkpoint
 from transformer.training import writers
-
-TRAIN = str(REPO / "scripts" / "train.py")
-DEFAULT = str(REPO / "configs" / "default.py")
-
-
-def _env(devices=1):
-  return {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
-          "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-
-
-def _tiny_flags(tfds_dir, workdir, steps=40, every=10, log_every=1):
-  """The flags that shrink configs/default.py to the conftest's tiny experiment."""
-  return [f"--config={DEFAULT}", f"--workdir={workdir}", f"--config.tfds_data_dir={tfds_dir}",
-          "--config.model.d_model=32", "--config.model.num_heads=2", "--config.model.d_ff=64",
-          "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
-          "--config.synthetic.vocab_size=8", "--config.synthetic.min_len=2",
-          "--config.synthetic.max_len=8", "--config.synthetic.num_train=512",
-          "--config.synthetic.num_eval=40", "--config.max_len=9", "--config.batch_size=16",
-          f"--config.num_train_steps={steps}", "--config.warmup_steps=5",
-          f"--config.log_every_steps={log_every}", f"--config.eval_every_steps={steps}",
-          f"--config.checkpoint_every_steps={every}"]
-
 
 def _run(args, devices=1, **kw):
   return subprocess.run([sys.executable, TRAIN, *args], env=_env(devices), cwd=REPO,

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from transformer import checkpoint
+from transformer import checkpoint, storage
 from transformer.config import ModelConfig
 from transformer.errors import RunError, TrainingError
 from transformer.training import experiment, workdir_checks, writers
@@ -82,21 +82,11 @@ def test_an_unwritable_workdir_is_one_line(tmp_path):
 
 
 def test_the_probe_file_never_stays_behind_and_a_full_disk_is_said(tmp_path, monkeypatch):
-  def full_disk_open(path, mode="r"):  # the probe is made, its write fails
-    f = open(path, mode)
+  def full_disk_write(path, text, *args, **kwargs):  # the probe is made, its write fails
+    open(path, "w").close()
+    raise OSError(errno.ENOSPC, "No space left on device")
 
-    class Full:
-      def __enter__(self):
-        return self
-
-      def __exit__(self, *exc):
-        f.close()
-
-      def write(self, text):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    return Full()
-
-  monkeypatch.setattr(workdir_checks, "open", full_disk_open, raising=False)
+  monkeypatch.setattr(type(storage.as_path(str(tmp_path))), "write_text", full_disk_write)
   with pytest.raises(TrainingError, match=f"^No space left on the disk of {tmp_path}"):
     workdir_checks.check_workdir(str(tmp_path))
   assert list(tmp_path.iterdir()) == []  # no .write-test-PID

@@ -92,7 +92,7 @@ def load_params(workdir: str, step: Optional[int] = None) -> LoadedParams:
     step = int(step)
     params, config = read(step)
   if not config or "model" not in config:
-    config = read_config(workdir) if os.path.exists(os.path.join(workdir, CONFIG_FILE)) else {}
+    config = read_config(workdir) if (epath.Path(workdir) / CONFIG_FILE).exists() else {}
   if "model" not in config:
     raise ConfigError(
         f"Checkpoint {directory / str(step)} has no model config, nor has {workdir}/{CONFIG_FILE}; "

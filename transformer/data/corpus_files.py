@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from absl import logging
 
+from transformer import storage
 from transformer.errors import ConfigError, MissingFileError
 
 TEXT_SPLITS = ("paragraph", "line")
@@ -58,9 +59,9 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
 
 
 def read_lines(path: str) -> list[str]:
-  """The lines of a text file (no line ends); invalid UTF-8 replaced by U+FFFD, counted, warned."""
-  with open(path, "rb") as f:
-    return split_utf8_lines(f.read(), path)
+  """The lines of a text file, local or gs:// (no line ends); invalid UTF-8 replaced by U+FFFD,
+  counted, warned."""
+  return split_utf8_lines(storage.as_path(path).read_bytes(), path)
 
 
 def split_utf8_lines(raw: bytes, name: str) -> list[str]:

@@ -15,6 +15,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from transformer import storage
 from transformer.data import corpus_files
 from transformer.inference import decoding, evaluation, loading
 from transformer.inference.decoding import DecodeConfig
@@ -130,7 +131,7 @@ def read_lines(path: str) -> list[str]:
 def check_writable(path: str) -> None:
   """Raises an InferenceError now, before any decoding, if `path` ('-' = stdout) cannot be
   written."""
-  if path == "-":
+  if path == "-" or not storage.is_local(path):  # an object store: its write says if not
     return
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
@@ -149,8 +150,7 @@ def write_lines(path: str, lines: Sequence[str]) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
   else:
-    with open(path, "w", encoding="utf-8") as f:
-      f.write(text)
+    storage.as_path(path).write_text(text, encoding="utf-8")
 
 
 def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,

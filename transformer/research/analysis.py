@@ -12,6 +12,7 @@ metrics.jsonl, loss curves).
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
@@ -23,7 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer import checkpoint, diagnostics
+from transformer import checkpoint, diagnostics, storage
 from transformer.data import pipeline
 from transformer.errors import ConfigError, RunError
 from transformer.inference import loading
@@ -79,8 +80,11 @@ def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
   return fig, fig.subplots(rows, cols, squeeze=False)
 
 
-def save_figure(fig: Any, path: str, **kw) -> None:
-  fig.savefig(path, dpi=110, **kw)
+def save_figure(fig: Any, path: str, dpi: int = 110, **kw) -> None:
+  """Writes `fig` to `path` (local or gs://), in the format its suffix names."""
+  image = io.BytesIO()
+  fig.savefig(image, dpi=dpi, format=os.path.splitext(path)[1][1:] or "png", **kw)
+  storage.write_atomically(path, image.getvalue())
 
 
 def entropy_figure(attention: dict[str, dict[str, list[float]]]) -> Any:
@@ -226,7 +230,7 @@ def _plots(plots_dir: str, result: dict[str, Any], records: list[dict]) -> list[
   written = []
   for name, fig in figures.items():
     if fig is not None:
-      save_figure(fig, os.path.join(plots_dir, name))
+      save_figure(fig, storage.join(plots_dir, name))
       written.append(name)
   return written
 
@@ -280,12 +284,12 @@ def analyze(workdir: str, step: Optional[int] = None,
   if num_batches < 1:
     raise ConfigError(f"num_batches={num_batches} must be >= 1.")
   loaded = checkpoint.load_params(workdir, step)
-  plots_dir = os.path.join(workdir, "plots")
+  plots_dir = storage.join(workdir, "plots")
   try:  # checked before the work, not after it
-    os.makedirs(plots_dir, exist_ok=True)
-    probe = os.path.join(plots_dir, f".write-test-{os.getpid()}")
-    open(probe, "w").close()
-    os.remove(probe)
+    probe = storage.as_path(plots_dir) / f".write-test-{os.getpid()}"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text("")
+    probe.unlink()
   except OSError as e:
     raise RunError(f"The analysis is written to {plots_dir}, which cannot be written "
                    f"({e.strerror}); copy the workdir somewhere writable and analyse the "
@@ -327,9 +331,9 @@ def analyze(workdir: str, step: Optional[int] = None,
   data = {"train_tokens": train_tokens, "tokens_seen": seen,
           "epochs": None if seen is None else seen / train_tokens}
 
-  records = read_metrics(workdir) if os.path.exists(os.path.join(workdir, METRICS_FILE)) else []
+  records = read_metrics(workdir) if storage.as_path(storage.join(workdir, METRICS_FILE)).exists() else []
   result = {
-      "workdir": os.path.abspath(workdir), "step": step, "num_batches": len(results),
+      "workdir": os.path.abspath(workdir) if storage.is_local(workdir) else workdir, "step": step, "num_batches": len(results),
       "devices": jax.device_count(), "data": data,
       "model": model_config.to_dict(), "diagnostics": diag,
       "embedding": {s: embedding[s] for s in sorted(embedding, key=lambda s: s != "encoder")},
@@ -340,10 +344,9 @@ def analyze(workdir: str, step: Optional[int] = None,
   }
   result["d_k"] = model_config.qk_dim
   result["plots"] = _plots(plots_dir, result, records)
-  with open(os.path.join(plots_dir, "analysis.json"), "w") as f:
-    json.dump(_finite(checkpoint.to_json(result)), f, indent=2, allow_nan=False)
-  with open(os.path.join(plots_dir, "analysis.md"), "w") as f:
-    f.write(_markdown(result))
+  storage.write_atomically(storage.join(plots_dir, "analysis.json"), json.dumps(
+      _finite(checkpoint.to_json(result)), indent=2, allow_nan=False))
+  storage.write_atomically(storage.join(plots_dir, "analysis.md"), _markdown(result))
   return result
 
 
@@ -416,8 +419,8 @@ def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
   """`attention_maps_figure` of `text`, written to `output` (default
   WORKDIR/plots/attention_maps.png); returns {'path', 'panels', 'tokens'}."""
   maps = attention_maps_of_text(workdir, text, step)
-  path = output or os.path.join(workdir, "plots", "attention_maps.png")
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  path = output or storage.join(workdir, "plots", "attention_maps.png")
+  storage.as_path(path).parent.mkdir(parents=True, exist_ok=True)
   save_figure(attention_maps_figure(maps), path, bbox_inches="tight")
   return {"path": path, "panels": len(maps["rows"]) * maps["rows"][0][1].shape[0],
           "tokens": maps["tokens"]}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -18,6 +17,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from transformer import storage
 from transformer.data import pipeline
 from transformer.errors import UserError
 from transformer.inference import evaluation, lines, loading
@@ -59,7 +59,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
         f"The data files of {workdir} hold other text than it was trained on "
         f"({', '.join(changed)}), so its eval split would be other text; restore those files "
         "to evaluate it.")
-  out_dir = os.path.join(workdir, EVAL_DIR, str(loaded.step))
+  out_dir = storage.join(workdir, EVAL_DIR, str(loaded.step))
   # Before the evaluation, not after it: a read-only workdir is said at once.
   workdir_checks.check_writable(out_dir, "evaluation writes its results there: make the workdir "
                                 "writable, or evaluate a writable copy of it",
@@ -86,16 +86,12 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
     results["decode"] = dataclasses.asdict(config)
     for name, texts in (("hypotheses", decoded.hypotheses), ("references", decoded.references),
                         ("sources", decoded.sources)):
-      lines.write_lines(os.path.join(out_dir, f"{name}.txt"), texts)
-  path = os.path.join(out_dir, "results.json")
-  if not (decode and not loaded.is_lm) and os.path.exists(path):
+      lines.write_lines(storage.join(out_dir, f"{name}.txt"), texts)
+  path = storage.join(out_dir, "results.json")
+  if not (decode and not loaded.is_lm) and storage.as_path(path).exists():
     # This checkpoint's decoding, written earlier beside hypotheses.txt, is still its own:
     # keep it (and the files) rather than a results.json that no longer matches them.
-    with open(path) as f:
-      results = {**json.load(f), **results}
-  with open(path + ".tmp", "w") as f:
-    json.dump(results, f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(path + ".tmp", path)
+    results = {**json.loads(storage.as_path(path).read_text()), **results}
+  storage.write_atomically(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   results["results_file"] = path
   return results

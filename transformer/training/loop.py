@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import time
 from typing import Any, Optional, Sequence
 
@@ -24,7 +23,7 @@ import numpy as np
 from absl import logging
 from tqdm import tqdm
 
-from transformer import checkpoint, diagnostics, model_summary
+from transformer import checkpoint, diagnostics, model_summary, storage
 from transformer.data import pipeline
 from transformer.errors import NonFiniteLossError, TrainingError, UserError, one_line
 from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
@@ -221,7 +220,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
       if signals.should_stop(step):  # every process asks at every step: they stop together
         break
       if profile and step == profile[0] and primary:
-        jax.profiler.start_trace(os.path.join(workdir, PROFILE_DIR))
+        jax.profiler.start_trace(storage.join(workdir, PROFILE_DIR))
         profiling = True
       host_batch = next(train_iter)
       batch = sharding.global_batch(host_batch, mesh)
@@ -245,7 +244,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         jax.profiler.stop_trace()
         profiling = False
         logging.info("Profiled steps %d-%d into %s.", profile[0] + 1, step,
-                     os.path.join(workdir, PROFILE_DIR))
+                     storage.join(workdir, PROFILE_DIR))
       is_last = step == num_steps
       if step % config.log_every_steps == 0 or is_last or step % config.checkpoint_every_steps == 0:
         summary = flush(step)
@@ -256,6 +255,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
           final["train"] = summary
       if step % config.checkpoint_every_steps == 0 or is_last:
         ckpt.save(step, state, data_iter=train_iter, config=resolved)
+        writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
       run_evals(step)
     if step < num_steps:  # stopped by a signal: save where we are, return cleanly
       if pending:

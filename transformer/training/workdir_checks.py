@@ -20,7 +20,7 @@ import filelock
 import ml_collections
 from absl import logging
 
-from transformer import checkpoint
+from transformer import checkpoint, storage
 from transformer.config import ModelConfig
 from transformer.data import corpus_files, local_corpora
 from transformer.data import tokenizer as tokenizers
@@ -36,7 +36,7 @@ _WORKDIR_FIX = "pass a --workdir you can write to"
 
 def check_workdir(workdir: str) -> bool:
   """Makes the workdir if needed and checks that it is writable; True if it was made here."""
-  created = not os.path.exists(workdir)
+  created = not storage.as_path(workdir).exists()
   check_writable(workdir, _WORKDIR_FIX)
   return created
 
@@ -45,39 +45,44 @@ def check_writable(directory: str, fix: str = _WORKDIR_FIX, what: str = "Workdir
   """Makes `directory` if needed; a one-line TrainingError naming it as `what` and ending in
   `fix` unless a file can be written there (a full disk said as such). The probe file never
   stays behind."""
-  probe = os.path.join(directory, f".write-test-{os.getpid()}")
+  probe = storage.as_path(directory) / f".write-test-{os.getpid()}"
   try:
-    os.makedirs(directory, exist_ok=True)
-    with open(probe, "w") as f:
-      f.write("ok")
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text("ok")
   except OSError as e:
     if disk_full(e):
       raise disk_full_error(directory, e) from None
-    raise TrainingError(f"{what} {directory} is not writable ({e.strerror}); {fix}.") from None
+    raise TrainingError(f"{what} {directory} is not writable ({e.strerror or one_line(e, 160)}); "
+                        f"{fix}.") from None
   finally:
-    if os.path.exists(probe):
-      os.remove(probe)
+    with contextlib.suppress(OSError):
+      if probe.exists():
+        probe.unlink()
 
 
 # ---- one run at a time ----
 
-def try_lock(path: str) -> Optional[filelock.BaseFileLock]:
+def try_lock(path: str) -> Optional[filelock.BaseFileLock | _NoLock]:
   """The exclusive lock at `path`, taken without waiting, its holder written beside it
   (`path` + HOLDER_SUFFIX); None while another process holds it.
 
   The OS releases the lock when its process dies, so a killed run never leaves it taken. The
   lock works on a local disk and on shared file systems whose locks work (NFSv4, Lustre).
-  A gs:// workdir (not supported yet) has no such lock: there it would take an object created
-  with an if-generation-match=0 precondition, deleted at the end and broken by hand after a
-  crash, since nothing releases it when the process dies.
+  An object store (gs://) has no lock that its holder's death releases, so there this takes
+  none and returns a lock that holds nothing (a warning says so): one run per gs:// workdir is
+  the user's to keep.
   """
+  if not storage.is_local(path):
+    logging.warning("%s: an object store has no file lock; nothing stops a second run from "
+                    "writing to this workdir at the same time.", path)
+    return _NoLock()
   lock = filelock.FileLock(path, thread_local=False)
   try:
     lock.acquire(timeout=0)
   except filelock.Timeout:
     return None
   try:
-    checkpoint.write_atomically(path + HOLDER_SUFFIX, json.dumps(
+    storage.write_atomically(path + HOLDER_SUFFIX, json.dumps(
         {"pid": os.getpid(), "host": socket.gethostname(),
          "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
   except BaseException:  # a full disk: not left held by a process that goes on (a sweep)
@@ -86,11 +91,17 @@ def try_lock(path: str) -> Optional[filelock.BaseFileLock]:
   return lock
 
 
+class _NoLock:
+  """What try_lock returns on an object store: nothing to release."""
+
+  def release(self) -> None:
+    pass
+
+
 def lock_holder(path: str) -> str:
   """Who holds the lock at `path`, in words, as its holder wrote it."""
   try:
-    with open(path + HOLDER_SUFFIX) as f:
-      holder = json.load(f)
+    holder = json.loads(storage.as_path(path + HOLDER_SUFFIX).read_text())
     return f"process {holder['pid']} on {holder['host']}, since {holder['since']}"
   except (OSError, ValueError, KeyError, TypeError):
     return "a process that has not said who it is"
@@ -100,7 +111,7 @@ def lock_holder(path: str) -> str:
 def workdir_lock(workdir: str) -> Iterator[None]:
   """Holds WORKDIR/train.lock for the life of a run; a second run there is refused in one
   line naming the holder. (A sweep point's own lock is another file: no deadlock.)"""
-  path = os.path.join(workdir, LOCK_FILE)
+  path = storage.join(workdir, LOCK_FILE)
   lock = try_lock(path)
   if lock is None:
     raise TrainingError(f"Workdir {workdir} is in use by another run ({lock_holder(path)}); "
@@ -115,11 +126,13 @@ def remove_if_unused(workdir: str) -> None:
   """Removes a workdir that holds nothing but a released lock: a failed first attempt leaves
   no empty workdir behind."""
   lock_files = {LOCK_FILE, LOCK_FILE + HOLDER_SUFFIX}
-  if os.path.isdir(workdir) and set(os.listdir(workdir)) <= lock_files:
+  path = storage.as_path(workdir)
+  if path.is_dir() and {p.name for p in path.iterdir()} <= lock_files:
     for name in lock_files:
       with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(workdir, name))
-    os.rmdir(workdir)
+        (path / name).unlink()
+    with contextlib.suppress(OSError):  # an object store has no directory left to remove
+      path.rmdir()
 
 
 # ---- the run's identity ----
@@ -148,7 +161,7 @@ def run_identity(config: ml_collections.ConfigDict, workdir: str,
 
 def reference_config(workdir: str) -> Optional[dict[str, Any]]:
   """What the workdir's run was: config.json, else (deleted) the newest checkpoint's config."""
-  if os.path.exists(os.path.join(workdir, checkpoint.CONFIG_FILE)):
+  if storage.as_path(workdir).joinpath(checkpoint.CONFIG_FILE).exists():
     return checkpoint.read_config(workdir)
   return checkpoint.stored_config(workdir)
 
@@ -257,14 +270,14 @@ def check_history(workdir: str, config: ml_collections.ConfigDict) -> None:
   mean that a checkpoint existed and was removed.
   """
   logged = writers.last_step(workdir)
-  directory = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
-  set_aside = os.path.isdir(directory) and any(
-      name.endswith((".corrupt", ".nonfinite")) for name in os.listdir(directory))
+  directory = storage.as_path(workdir) / checkpoint.CHECKPOINT_DIR
+  set_aside = directory.is_dir() and any(
+      p.name.endswith((".corrupt", ".nonfinite")) for p in directory.iterdir())
   if logged > 2 * config.checkpoint_every_steps and not set_aside:
     raise TrainingError(
         f"Workdir {workdir} holds metrics up to step {logged} but no checkpoint (was "
         f"{directory} emptied?); training from step 0 would overwrite that history: move "
-        f"{os.path.join(workdir, writers.METRICS_FILE)} aside, or use a new --workdir.")
+        f"{storage.join(workdir, writers.METRICS_FILE)} aside, or use a new --workdir.")
   if logged:
     logging.warning("No checkpoint in %s: training from step 0; the metrics logged up to step "
                     "%d are written again.", workdir, logged)

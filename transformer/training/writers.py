@@ -10,11 +10,13 @@ import contextlib
 import json
 import math
 import os
+import shutil
+import tempfile
 from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
-from transformer.checkpoint.config_file import write_atomically
+from transformer import storage
 from transformer.errors import RunError
 
 METRICS_FILE = "metrics.jsonl"
@@ -33,21 +35,28 @@ class MetricWriter:
     """`rerun_splits`: splits whose records at `resume_step` itself the resumed run writes
     again (those done after the checkpoint was saved)."""
     self.enabled = enabled
-    self.path = os.path.join(workdir, METRICS_FILE)
+    self.path = storage.join(workdir, METRICS_FILE)
     self._tb = None
+    self._staging: Optional[str] = None
     if not enabled:
       return
     _drop_after(self.path, resume_step, rerun_splits)  # what comes after will be run again
     from tensorboardX import SummaryWriter  # deferred: a heavy import
-    self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=resume_step + 1)
+    events_dir = storage.join(workdir, "tensorboard")
+    if not storage.is_local(workdir):
+      # An object store has no append: the event files are written in a local temporary
+      # directory and each is copied whole to WORKDIR/tensorboard at every flush (each
+      # checkpoint) and at close.
+      self._staging, self._events_dir = tempfile.mkdtemp(prefix="tensorboard-"), events_dir
+      events_dir = self._staging
+    self._tb = SummaryWriter(events_dir, purge_step=resume_step + 1)
 
   def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
     if not self.enabled:
       return
     record = {"step": int(step), "split": split}
     record.update({k: _number(v) for k, v in metrics.items()})
-    with open(self.path, "a") as f:
-      f.write(json.dumps(record) + "\n")
+    storage.append_line(self.path, json.dumps(record) + "\n")
     for k, v in metrics.items():
       self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
 
@@ -58,6 +67,7 @@ class MetricWriter:
   def flush(self) -> None:
     if self._tb is not None:
       self._tb.flush()
+      self._upload()
 
   def close(self) -> None:
     if self._tb is None:
@@ -70,6 +80,16 @@ class MetricWriter:
       for f in files:
         _abandon(f.event_writer)
       raise
+    self._upload()
+    if self._staging:
+      shutil.rmtree(self._staging, ignore_errors=True)
+
+  def _upload(self) -> None:
+    """Copies the staged event files whole to the object store (nothing where local)."""
+    if self._staging:
+      for name in os.listdir(self._staging):
+        with open(os.path.join(self._staging, name), "rb") as f:
+          storage.write_atomically(storage.join(self._events_dir, name), f.read())
 
 
 def _abandon(events: Any) -> None:
@@ -88,8 +108,7 @@ def _read_records(path: str) -> tuple[list[tuple[str, dict[str, Any]]], Optional
 
   Any other line that is not a record is an error naming the file and the line.
   """
-  with open(path, "rb") as f:
-    raw = f.read().decode("utf-8", errors="replace")
+  raw = storage.as_path(path).read_bytes().decode("utf-8", errors="replace")
   lines = raw.split("\n")
   out, torn = [], None
   for n, line in enumerate(lines, 1):
@@ -118,18 +137,18 @@ def _read_records(path: str) -> tuple[list[tuple[str, dict[str, Any]]], Optional
 def _drop_after(path: str, step: int, rerun_splits: Sequence[str] = ()) -> None:
   """Keeps the records of steps <= `step`, less those of `rerun_splits` at `step` (a resumed
   run rewrites them), and drops a cut-off last line; the file is replaced atomically."""
-  if not os.path.exists(path):
+  if not storage.as_path(path).exists():
     return
   records, _ = _read_records(path)
-  write_atomically(path, "".join(
+  storage.write_atomically(path, "".join(
       line + "\n" for line, r in records
       if r["step"] < step or (r["step"] == step and r["split"] not in rerun_splits)))
 
 
 def last_step(workdir: str) -> int:
   """The largest step in WORKDIR/metrics.jsonl; 0 when there is none."""
-  path = os.path.join(workdir, METRICS_FILE)
-  if not os.path.exists(path):
+  path = storage.join(workdir, METRICS_FILE)
+  if not storage.as_path(path).exists():
     return 0
   return max((r["step"] for _, r in _read_records(path)[0]), default=0)
 
@@ -137,5 +156,5 @@ def last_step(workdir: str) -> int:
 def read_metrics(workdir: str, split: Optional[str] = None) -> list[dict[str, Any]]:
   """The records of metrics.jsonl, optionally of one split ('train' or 'eval'); a last line
   cut off mid-write is left out with a warning."""
-  records, _ = _read_records(os.path.join(workdir, METRICS_FILE))
+  records, _ = _read_records(storage.join(workdir, METRICS_FILE))
   return [r for _, r in records if split is None or r["split"] == split]

@@ -48,6 +48,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 
+from transformer import storage
 from transformer.config import SCALE_FIELDS
 from transformer.errors import ConfigError, one_line
 from transformer.training import experiment
@@ -274,8 +275,8 @@ def point_config(sweep: Sweep, point: Point) -> ml_collections.ConfigDict:
 
 
 def point_dir(workdir: str, point: Point) -> str:
-  return os.path.join(workdir, POINTS_DIR, point.name)
+  return storage.join(workdir, POINTS_DIR, point.name)
 
 
 def is_finished(workdir: str, point: Point) -> bool:
-  return os.path.isfile(os.path.join(point_dir(workdir, point), RESULT_FILE))
+  return storage.as_path(storage.join(point_dir(workdir, point), RESULT_FILE)).is_file()

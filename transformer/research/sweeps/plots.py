@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
 from typing import Any
 
 import numpy as np
 
+from transformer import storage
+from transformer.research.analysis import save_figure
 from transformer.research.sweeps.grid import Sweep, format_value, short_name
 from transformer.research.sweeps.stats import cell, fit_points, fit_slopes
 from transformer.research.sweeps.tuning import ArmBest
@@ -56,8 +57,8 @@ def fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: 
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
   fig.tight_layout()
-  path = os.path.join(out_dir, "fit_" + slug(y_spec) + "_vs_" + short_name(x_field) + ".png")
-  fig.savefig(path, dpi=100)
+  path = storage.join(out_dir, "fit_" + slug(y_spec) + "_vs_" + short_name(x_field) + ".png")
+  save_figure(fig, path, dpi=100)
   plt.close(fig)
   return path
 
@@ -79,8 +80,8 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
                 workdir: str) -> list[str]:
   """One PNG per curve: the mean over seeds of each group against steps, shaded min-max."""
   plt = _pyplot()
-  out_dir = os.path.join(workdir, "plots")
-  os.makedirs(out_dir, exist_ok=True)
+  out_dir = storage.join(workdir, "plots")
+  storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
   paths = []
   for curve in sweep.curves:
     # The legend goes under the axes (one line per group), where it hides no curve.
@@ -117,8 +118,8 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
     fig.tight_layout()
-    path = os.path.join(out_dir, curve.replace("/", "_") + ".png")
-    fig.savefig(path, dpi=100)
+    path = storage.join(out_dir, curve.replace("/", "_") + ".png")
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     paths.append(path)
   return paths
@@ -157,8 +158,8 @@ def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
   fig.tight_layout()
-  os.makedirs(out_dir, exist_ok=True)
-  path = os.path.join(out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
-  fig.savefig(path, dpi=100)
+  storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
+  path = storage.join(out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
+  save_figure(fig, path, dpi=100)
   plt.close(fig)
   return path

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import os
 from typing import Any, Optional
 
+from transformer import storage
 from transformer.errors import ConfigError
 from transformer.research.sweeps import tuning
 from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, format_value,
@@ -21,7 +23,7 @@ def aggregate(sweep: Sweep, workdir: str,
   """Writes results.md, results.csv and plots/*.png from the stored result.json files."""
   results = load_results(workdir)
   if not results:
-    raise ConfigError(f"No finished points under {os.path.join(workdir, POINTS_DIR)}.")
+    raise ConfigError(f"No finished points under {storage.join(workdir, POINTS_DIR)}.")
   points = tuning.points(sweep, results)
   groups = ordered_groups(points, results)
   fields = [f for axis in sweep.axes for f in axis] + list(sweep.tune)
@@ -84,21 +86,21 @@ def aggregate(sweep: Sweep, workdir: str,
                            "each arm at its fixed settings")
   plots = curve_plots(sweep, curve_groups, workdir)
   if bests:
-    plots.append(tuning_plot(sweep, bests, os.path.join(workdir, "plots")))
-  plots += [fit_plot(sweep, fit_results, fit["x"], fit["y"], os.path.join(workdir, "plots"))
+    plots.append(tuning_plot(sweep, bests, storage.join(workdir, "plots")))
+  plots += [fit_plot(sweep, fit_results, fit["x"], fit["y"], storage.join(workdir, "plots"))
             for fit in sweep.fits]
   if plots:
     lines += [""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
-  with open(os.path.join(workdir, "results.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+  storage.write_atomically(storage.join(workdir, "results.md"), "\n".join(lines) + "\n")
 
-  with open(os.path.join(workdir, "results.csv"), "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow([short_name(x) for x in fields] + ["seeds", "diverged"] +
-                    [f"{m} {s}" for m in metrics for s in ("mean", "std", "n")])
-    for row in rows:
-      writer.writerow([row[short_name(x)] for x in fields] + [row["seeds"], row["diverged"]] +
-                      [f"{v:.6g}" for m in metrics for v in row[m]])
+  table = io.StringIO(newline="")
+  writer = csv.writer(table)
+  writer.writerow([short_name(x) for x in fields] + ["seeds", "diverged"] +
+                  [f"{m} {s}" for m in metrics for s in ("mean", "std", "n")])
+  for row in rows:
+    writer.writerow([row[short_name(x)] for x in fields] + [row["seeds"], row["diverged"]] +
+                    [f"{v:.6g}" for m in metrics for v in row[m]])
+  storage.write_atomically(storage.join(workdir, "results.csv"), table.getvalue())
   return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
           "expected": expected, "bests": bests, "paired": paired}
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from typing import Any, Iterable, Optional, Sequence
 
@@ -25,6 +24,7 @@ import jax
 import ml_collections
 from absl import logging
 
+from transformer import storage
 from transformer.data import pipeline
 from transformer.errors import ConfigError, NonFiniteLossError
 from transformer.inference import loading
@@ -44,8 +44,8 @@ def claim(workdir: str, point: Point) -> Optional[filelock.BaseFileLock]:
   """The point's lock, acquired; None when another process holds it. The lock of training
   (workdir_checks.try_lock, the same mechanism) is another file of the point's directory,
   taken inside this one by the same process: they never wait on each other."""
-  os.makedirs(point_dir(workdir, point), exist_ok=True)
-  return workdir_checks.try_lock(os.path.join(point_dir(workdir, point), LOCK_FILE))
+  storage.as_path(point_dir(workdir, point)).mkdir(parents=True, exist_ok=True)
+  return workdir_checks.try_lock(storage.join(point_dir(workdir, point), LOCK_FILE))
 
 
 def _series(workdir: str) -> dict[str, list[list[float]]]:
@@ -86,7 +86,7 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   """Trains `point` (resuming its own checkpoints) and writes its result.json; a run stopped
   by SIGTERM / SIGINT writes none (status 'stopped': it resumes from its checkpoint)."""
   run_dir = point_dir(workdir, point)
-  os.makedirs(run_dir, exist_ok=True)
+  storage.as_path(run_dir).mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
   result: dict[str, Any] = {"name": point.name, "group": point.group,
                             "overrides": dict(point.overrides), "seed": point.seed}
@@ -94,7 +94,7 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   if config.dataset != "synthetic" and config.tokenizer.kind == "sentencepiece" and \
       not config.tokenizer.path:
     # One vocabulary for the whole sweep, trained by its first point.
-    config.tokenizer.path = os.path.join(workdir, "tokenizer.model")
+    config.tokenizer.path = storage.join(workdir, "tokenizer.model")
   try:
     final = loop.train_and_evaluate(config, run_dir)
     result.update(status="ok", step=final.get("step"))
@@ -128,10 +128,7 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   result["curves"] = {k: v for k, v in series.items()
                       if k in sweep.curves or k in ("train/loss", "eval/loss")}
   result["seconds"] = time.perf_counter() - start
-  path = os.path.join(run_dir, RESULT_FILE)
-  with open(path + ".tmp", "w") as f:
-    json.dump(result, f, sort_keys=True)
-  os.replace(path + ".tmp", path)
+  storage.write_atomically(storage.join(run_dir, RESULT_FILE), json.dumps(result, sort_keys=True))
   return result
 
 
@@ -213,5 +210,4 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
   summary = aggregate(sweep, workdir, command=command)
   logging.info("%d of %d points finished; tables in %s/results.md", summary["points"],
                summary["expected"], workdir)
-  with open(os.path.join(workdir, "results.md")) as f:
-    return f.read()
+  return storage.as_path(storage.join(workdir, "results.md")).read_text()

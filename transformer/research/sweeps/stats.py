@@ -6,23 +6,21 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import os
 from typing import Any, Sequence
 
 import numpy as np
 
+from transformer import storage
 from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
                                               format_value, short_name)
 
 
 def load_results(workdir: str) -> list[dict[str, Any]]:
-  root = os.path.join(workdir, POINTS_DIR)
+  root = storage.as_path(storage.join(workdir, POINTS_DIR))
   results = []
-  for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-    path = os.path.join(root, name, RESULT_FILE)
-    if os.path.isfile(path):
-      with open(path) as f:
-        results.append(json.load(f))
+  for point in sorted(root.iterdir()) if root.is_dir() else []:
+    if (point / RESULT_FILE).is_file():
+      results.append(json.loads((point / RESULT_FILE).read_text()))
   return results
 
 

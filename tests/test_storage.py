@@ -1,0 +1,119 @@
+"""The path layer: atomic writes and appends on a local disk and on a real GCS (the emulator),
+and a whole run in a gs:// workdir: trained, killed, resumed, then decoded, evaluated and
+analysed there, with nothing written to the local disk."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import TRAIN, script_env, tiny_train_flags
+from transformer import checkpoint, storage
+from transformer.research import analysis
+from transformer.training import evaluate, writers
+from transformer.inference import lines as lines_io
+
+
+def test_a_write_that_fails_leaves_the_file_and_no_temporary_file(tmp_path, monkeypatch):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("kept\n")
+
+  def full_disk(src, dst):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(storage.os, "replace", full_disk)
+  with pytest.raises(OSError, match="No space left"):
+    storage.write_atomically(str(path), "new\n")
+  assert path.read_text() == "kept\n" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_paths_keep_their_scheme_and_only_urls_are_remote(tmp_path):
+  assert storage.join("gs://bucket/run", "eval", "3") == "gs://bucket/run/eval/3"
+  assert storage.join(str(tmp_path), "a") == str(tmp_path / "a")
+  assert not storage.is_local("gs://bucket/run") and storage.is_local(str(tmp_path))
+
+
+@pytest.mark.parametrize("where", ["local", "gs"])
+def test_appends_and_atomic_writes_read_back_on_disk_and_in_a_bucket(gcs, tmp_path, where):
+  root = str(tmp_path) if where == "local" else f"gs://{gcs}/appends-{os.getpid()}"
+  path = storage.join(root, "lines.txt")
+  storage.as_path(root).mkdir(parents=True, exist_ok=True)
+  storage.append_line(path, "one\n")
+  storage.append_line(path, "two\n")
+  assert storage.as_path(path).read_text() == "one\ntwo\n"
+  storage.write_atomically(path, b"replaced")
+  assert storage.as_path(path).read_bytes() == b"replaced"
+  assert sorted(p.name for p in storage.as_path(root).iterdir()) == ["lines.txt"]
+
+
+STEPS, EVERY, KILL_AFTER = 60, 10, 30
+
+
+def _records(workdir):
+  return [(r["split"], r["step"], r["loss"], r["accuracy"])
+          for r in writers.read_metrics(str(workdir)) if r["split"] in ("train", "eval")]
+
+
+def _train(flags, cwd, **kw):
+  return subprocess.Popen([sys.executable, TRAIN, *flags], env=script_env(), cwd=cwd,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for_metrics_step(workdir, step, proc, timeout=180):
+  path = storage.as_path(storage.join(workdir, writers.METRICS_FILE))
+  start = time.time()
+  while time.time() - start < timeout and proc.poll() is None:
+    if path.exists() and writers.last_step(workdir) >= step:  # objects are never torn
+      return
+    time.sleep(0.2)
+  raise AssertionError(f"the run did not reach step {step}: {proc.poll()}")
+
+
+@pytest.mark.slow
+def test_a_gs_workdir_trains_is_killed_resumes_and_serves_every_reader(gcs, tfds_dir, tmp_path):
+  cwd = tmp_path / "cwd"  # the scripts' working directory: must stay empty
+  cwd.mkdir()
+  workdir = f"gs://{gcs}/run"
+  straight = tmp_path / "straight"
+  local = _train(tiny_train_flags(tfds_dir, straight, steps=STEPS, every=EVERY), cwd)
+  flags = tiny_train_flags(tfds_dir, workdir, steps=STEPS, every=EVERY)
+  killed = _train(flags, cwd)
+  _wait_for_metrics_step(workdir, KILL_AFTER, killed)
+  killed.send_signal(signal.SIGKILL)
+  killed.wait(60)
+  assert 0 < writers.last_step(workdir) < STEPS  # killed part-way
+  resumed = _train(flags, cwd)
+  _, err = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0, err[-2000:]
+  assert "Resumed from step" in err
+  _, err = local.communicate(timeout=300)
+  assert local.returncode == 0, err[-2000:]
+
+  # The same params, bit for bit, and the metrics of every step once, as an unbroken run.
+  loaded = checkpoint.load_params(workdir)
+  assert loaded.step == STEPS
+  for a, b in zip(jax.tree_util.tree_leaves(checkpoint.load_params(str(straight)).params),
+                  jax.tree_util.tree_leaves(loaded.params)):
+    np.testing.assert_array_equal(a, b)
+  assert _records(workdir) == _records(straight)
+  events = list(storage.as_path(storage.join(workdir, "tensorboard")).iterdir())
+  assert len(events) == 2 and all(e.stat().length > 0 for e in events)  # one file a run
+
+  # The readers read from the bucket and write their outputs there.
+  source = storage.join(workdir, "inputs.txt")
+  storage.write_atomically(source, "a b c\nd e\n")
+  lines_io.decode_file(workdir, source, storage.join(workdir, "outputs.txt"))
+  assert len(storage.as_path(storage.join(workdir, "outputs.txt")).read_text().splitlines()) == 2
+  results = evaluate.evaluate_workdir(workdir, tfds_data_dir=tfds_dir)
+  assert results["results_file"] == f"{workdir}/eval/{STEPS}/results.json"
+  assert storage.as_path(results["results_file"]).exists()
+  analysed = analysis.analyze(workdir, num_batches=1)
+  plots = storage.as_path(storage.join(workdir, "plots"))
+  assert {"analysis.json", "analysis.md", *analysed["plots"]} <= {p.name for p in plots.iterdir()}
+  assert list(cwd.iterdir()) == []  # nothing landed in a local "gs:" directory

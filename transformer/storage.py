@@ -1,0 +1,73 @@
+"""The files of a run, on a local disk or in an object store (`gs://bucket/run`), through one
+path type (etils.epath); checkpoints go through orbax/tensorstore, which take the same paths.
+
+What differs on an object store, decided here once:
+- Writes of a whole object are atomic there (a reader sees the old object or the new one), so
+  `write_atomically` writes it directly; on a local disk it writes a temporary file and
+  renames it over the target.
+- There is no append: `append_line` writes the object again with the line added (metrics.jsonl
+  is small, a line per logged step), so every line is stored as soon as it is written and
+  none is ever torn there.
+- There is no file lock: `is_local` tells the callers that take one (see
+  training/workdir_checks.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Union
+
+from etils import epath
+
+PathLike = Union[str, os.PathLike]
+
+
+def is_local(path: PathLike) -> bool:
+  """True for a path on this machine's file systems; False for gs:// (and other URLs)."""
+  return "://" not in os.fspath(path)
+
+
+def as_path(path: PathLike) -> epath.Path:
+  """`path` as an epath.Path: a pathlib-like object for local paths and gs:// alike."""
+  return epath.Path(path)
+
+
+def join(path: PathLike, *names: str) -> str:
+  """`path`/names as a string (os.path.join would not keep the two slashes of gs://)."""
+  return os.fspath(as_path(path).joinpath(*names)) if names else os.fspath(path)
+
+
+def write_atomically(path: PathLike, data: str | bytes) -> None:
+  """Writes `data` to `path` so readers never see it half-written, and a failed write (a full
+  disk) leaves neither the file changed nor a temporary file behind."""
+  target = as_path(path)
+  if not is_local(path):
+    _write(target, data)  # one object write: atomic by the store's contract
+    return
+  tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+  try:
+    _write(tmp, data)
+    os.replace(tmp, target)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(tmp)
+    raise
+
+
+def append_line(path: PathLike, line: str) -> None:
+  """Adds `line` (ending in its line break) to the end of `path`: a local file is appended to;
+  an object is read and written again whole, with the line added."""
+  if is_local(path):
+    with open(path, "a") as f:
+      f.write(line)
+    return
+  target = as_path(path)
+  _write(target, (target.read_text() if target.exists() else "") + line)
+
+
+def _write(path: epath.Path, data: str | bytes) -> None:
+  if isinstance(data, bytes):
+    path.write_bytes(data)
+  else:
+    path.write_text(data)
