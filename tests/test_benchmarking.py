@@ -22,7 +22,9 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   proc = subprocess.run(
       [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
-       "--config.model.vocab_size=35", "--config.batch_size=8", "--config.max_len=8",
+       "--config.model.vocab_size=35", "--config.model.d_model=32", "--config.model.d_ff=64",
+       "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+       "--config.batch_size=8", "--config.max_len=8",
        "--mode=train,eval,diagnostics,decode", "--steps=1", "--repeats=1",
        "--diagnostics_every=2", "--decode_tokens=8", f"--output={out}",
        f"--profile={tmp_path / 'profile'}"],

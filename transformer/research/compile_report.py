@@ -277,8 +277,21 @@ def format_report(report: dict[str, Any]) -> str:
 # The README's table: the paper's two models at the paper's batch on four TPU slices, with
 # params replicated (all-data) and split over every chip (FSDP), computing in bfloat16.
 TABLE_CONFIGS = ("configs/big.py", "configs/base.py")
-TABLE_TARGETS = ("v5e:4x4", "v4:2x2x1", "v5p:2x2x1", "v6e:4x4")
+# h100:8 needs jax's CUDA plugin (not in any extra: pip install jax-cuda12-plugin
+# jax-cuda12-pjrt); without it `scripts/compile.py --table` says so and skips those rows.
+TABLE_TARGETS = ("v5e:4x4", "v4:2x2x1", "v5p:2x2x1", "v6e:4x4", "h100:8")
 TABLE_LAYOUTS = {"all-data": 1, "fsdp": -1}
+
+
+def _ratio(value: Optional[float]) -> str:
+  return "n/a" if value is None else f"{value:.3f}"
+
+
+def _mfu_bound(report: dict[str, Any]) -> str:
+  # Without XLA's byte count (XLA:GPU gives none) the bound is compute alone: 100%, says nothing.
+  if report["roofline_seconds"]["memory"] is None:
+    return "n/a (no byte count)"
+  return f"{report['mfu_estimate']:.0%}"
 
 
 def table_row_name(config_path: str, target: str, layout: str) -> str:
@@ -295,11 +308,12 @@ def table_markdown(rows: dict[str, dict[str, Any]]) -> str:
   for name in sorted(rows):
     r = rows[name]
     config, _, layout = name.partition("_")[0], None, name.rsplit("_", 1)[-1]
+    unit = "GPUs" if "NVIDIA" in r["chip"] else "chips"
     lines.append(
-        f"| {config} | {r['target']} ({r['devices']} chips) | {layout} | "
+        f"| {config} | {r['target']} ({r['devices']} {unit}) | {layout} | "
         f"{r['memory_bytes']['total'] / GIB:.2f} of {r['hbm_bytes'] / GIB:.1f} | "
         f"{'yes' if r['fits'] else 'no'} | >= {r['batch_size_bound']} | "
         f"{r['collective_bytes_per_device'] / 2 ** 20:.0f} | "
-        f"{r['flops_per_device']['xla_over_analytic'] or float('nan'):.3f} | "
-        f"{r['step_seconds_estimate'] * 1e3:.0f} | {r['mfu_estimate']:.0%} |")
+        f"{_ratio(r['flops_per_device']['xla_over_analytic'])} | "
+        f"{r['step_seconds_estimate'] * 1e3:.0f} | {_mfu_bound(r)} |")
   return "\n".join(lines) + "\n"
