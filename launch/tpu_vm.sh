@@ -23,8 +23,8 @@ usage() {
 Usage: bash launch/tpu_vm.sh {create|setup|train|stop|delete} [--config.FIELD=VALUE ...]
 
   create   gcloud compute tpus tpu-vm create TPU_NAME (ACCELERATOR_TYPE, RUNTIME_VERSION)
-  setup    copy this checkout (or git clone REPO_URL) to every worker; check its Python (>= 3.11)
-           and pip install -e '.[tpu]'
+  setup    copy this checkout (or git clone REPO_URL) to every worker; check its Python (>= 3.11;
+           an older one gets a Python 3.11 from uv in REMOTE_DIR/.venv) and pip install -e '.[tpu]'
   train    run scripts/train.py on every worker at once; extra arguments go to train.py
   stop     stop a DETACH=1 training run on every worker
   delete   gcloud compute tpus tpu-vm delete TPU_NAME
@@ -149,17 +149,24 @@ else git clone $(quote ${branch[@]+"${branch[@]}"} "$REPO_URL") $REMOTE_DIR; fi"
       fetch="mkdir -p $REMOTE_DIR && tar -xzf \$HOME/transformer-src.tar.gz -C $REMOTE_DIR \
 && rm \$HOME/transformer-src.tar.gz"
     fi
-    # An older Python would make pip pick an older, untested stack: stop with one line instead.
+    # An older Python would make pip pick an older, untested stack. The TPU images of Ubuntu
+    # 22.04 carry 3.10, so there a Python $MIN_PYTHON is installed with uv (a standalone build,
+    # no sudo) into $REMOTE_DIR/.venv, which train then uses; if that fails, one line says so.
     py="$(quote "$PYTHON")"
-    check_python="$py -c 'import sys; sys.exit(sys.version_info < ($MIN_PYTHON_TUPLE))' \
-|| { echo \"tpu_vm.sh: worker \$(hostname): \$($py -V 2>&1) is older than Python $MIN_PYTHON, which \
-the package needs; install python$MIN_PYTHON there and set PYTHON=python$MIN_PYTHON, or create the TPU \
-with a RUNTIME_VERSION whose Python is $MIN_PYTHON or newer\" >&2; exit 1; }"
+    venv="$REMOTE_DIR/.venv"
+    ensure_python="if $py -c 'import sys; sys.exit(sys.version_info < ($MIN_PYTHON_TUPLE))'; then PY=$py; \
+else echo \"tpu_vm.sh: worker \$(hostname): \$($py -V 2>&1) is older than Python $MIN_PYTHON; installing \
+Python $MIN_PYTHON with uv into $venv\" >&2; \
+if $py -m pip install --user --quiet uv && $py -m uv venv --seed --python $MIN_PYTHON $venv; then PY=$venv/bin/python; \
+else echo \"tpu_vm.sh: worker \$(hostname): \$($py -V 2>&1) is older than Python $MIN_PYTHON, which the \
+package needs, and installing one with uv failed; install python$MIN_PYTHON there and set \
+PYTHON=python$MIN_PYTHON, or create the TPU with a RUNTIME_VERSION whose Python is $MIN_PYTHON or newer\" >&2; \
+exit 1; fi; fi"
     # One pip call, so the resolver picks a jax[tpu] within the package's pinned range.
-    on_all_workers "set -e; $check_python; $fetch; cd $REMOTE_DIR; $py -m pip install --upgrade pip; \
-$py -m pip install -e $(quote ".[tpu]" ${JAX_SPEC:+"$JAX_SPEC"}) \
+    on_all_workers "set -e; $ensure_python; $fetch; cd $REMOTE_DIR; \$PY -m pip install --upgrade pip; \
+\$PY -m pip install -e $(quote ".[tpu]" ${JAX_SPEC:+"$JAX_SPEC"}) \
 -f https://storage.googleapis.com/jax-releases/libtpu_releases.html; \
-$py -c 'import jax; jax.distributed.initialize(); \
+\$PY -c 'import jax; jax.distributed.initialize(); \
 print(\"process\", jax.process_index(), \"of\", jax.process_count(), \"devices\", jax.device_count())'"
     ;;
 
@@ -170,12 +177,14 @@ print(\"process\", jax.process_index(), \"of\", jax.process_count(), \"devices\"
       *) echo "tpu_vm.sh: warning: WORKDIR=$WORKDIR is local to each worker; on a multi-host" \
            "slice use gs://BUCKET/PATH so all workers share it" >&2 ;;
     esac
-    train="$(quote "$PYTHON") scripts/train.py $(quote --config="$CONFIG" --workdir="$WORKDIR" "$@")"
+    # setup's Python: its own $REMOTE_DIR/.venv where it had to install one, else $PYTHON.
+    pick_python="PY=$(quote "$PYTHON"); if [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi"
+    train="\$PY scripts/train.py $(quote --config="$CONFIG" --workdir="$WORKDIR" "$@")"
     if [ "$DETACH" = 1 ]; then
-      on_all_workers "cd $REMOTE_DIR || exit 1; nohup $train > \$HOME/train.log 2>&1 < /dev/null & \
+      on_all_workers "cd $REMOTE_DIR || exit 1; $pick_python; nohup $train > \$HOME/train.log 2>&1 < /dev/null & \
 echo \$! > \$HOME/train.pid; echo \"worker \$(hostname): started pid \$(cat \$HOME/train.pid), log ~/train.log\""
     else
-      on_all_workers "cd $REMOTE_DIR && $train"
+      on_all_workers "cd $REMOTE_DIR && $pick_python && $train"
     fi
     ;;
 

@@ -238,10 +238,20 @@ def fake_gcloud(tmp_path):
   home.mkdir()
   fakebin = tmp_path / "fakebin"
   fakebin.mkdir()
+  recorder = """
+      #!/usr/bin/env bash
+      printf '%s\\n' "$(printf '[%s]' "$@")" >> "$FAKE_PYTHON_LOG"
+      """
   _executable(fakebin / "python3", """
       #!/usr/bin/env bash
       if [ -n "${FAKE_PYTHON_VERSION:-}" ]; then  # an older interpreter: fails the version check
+        printf '%s\\n' "old $(printf '[%s]' "$@")" >> "$FAKE_PYTHON_LOG"
         if [ "$1" = -V ]; then echo "Python $FAKE_PYTHON_VERSION"; fi
+        if [ -n "${FAKE_UV_WORKS:-}" ] && [ "$1 $2" = "-m pip" ]; then exit 0; fi
+        if [ -n "${FAKE_UV_WORKS:-}" ] && [ "$1 $2 $3" = "-m uv venv" ]; then  # a recording venv
+          mkdir -p "${!#}/bin" && printf '%s' "$FAKE_RECORDER" > "${!#}/bin/python"
+          chmod +x "${!#}/bin/python"; exit 0
+        fi
         exit 1
       fi
       printf '%s\\n' "$(printf '[%s]' "$@")" >> "$FAKE_PYTHON_LOG"
@@ -269,6 +279,7 @@ def fake_gcloud(tmp_path):
   def run(*args, **env):
     full_env = _env(**{"GCLOUD": str(gcloud), "FAKE_GCLOUD_LOG": str(tmp_path / "gcloud.log"),
                        "FAKE_PYTHON_LOG": str(tmp_path / "python3.log"), "TPU_NAME": "my-tpu",
+                       "FAKE_RECORDER": textwrap.dedent(recorder).lstrip(),
                        **env})
     result = subprocess.run(["bash", str(LAUNCH / "tpu_vm.sh"), *args], env=full_env,
                             capture_output=True, text=True, timeout=TIMEOUT)
@@ -316,12 +327,28 @@ def test_tpu_vm_setup_copies_checkout_and_installs(fake_gcloud):
   assert python_calls[3].startswith("[-c][import jax; jax.distributed.initialize();")
 
 
-def test_tpu_vm_setup_stops_at_an_old_python_with_one_line(fake_gcloud):
+def test_tpu_vm_setup_installs_a_python_3_11_where_the_image_has_an_older_one(fake_gcloud):
+  result, _, python_calls = fake_gcloud("setup", FAKE_PYTHON_VERSION="3.10.12", FAKE_UV_WORKS="1")
+  assert result.returncode == 0, result.stderr
+  venv = fake_gcloud.home / "transformer" / ".venv"
+  assert python_calls[:4] == ["old [-c][import sys; sys.exit(sys.version_info < (3, 11))]",
+                              "old [-V]", "old [-m][pip][install][--user][--quiet][uv]",
+                              f"old [-m][uv][venv][--seed][--python][3.11][{venv}]"]
+  assert python_calls[4] == "[-m][pip][install][--upgrade][pip]"  # the venv's Python from here on
+  assert python_calls[5].startswith("[-m][pip][install][-e][.[tpu]][-f]")
+  assert "installing Python 3.11 with uv" in result.stderr
+  result, _, python_calls = fake_gcloud("train", WORKDIR="gs://b/r")  # trains with it
+  assert result.returncode == 0 and python_calls == ["[scripts/train.py][--config=configs/default.py]"
+                                                     "[--workdir=gs://b/r]"]
+
+
+def test_tpu_vm_setup_stops_at_an_old_python_it_cannot_replace_with_one_line(fake_gcloud):
   result, _, _ = fake_gcloud("setup", FAKE_PYTHON_VERSION="3.10.12")
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1].startswith("tpu_vm.sh: worker ")
-  assert "Python 3.10.12 is older than Python 3.11" in result.stderr
-  assert not (fake_gcloud.home / "transformer").exists()  # nothing unpacked
+  assert "Python 3.10.12 is older than Python 3.11, which the package needs, and installing one " \
+         "with uv failed" in result.stderr
+  assert not (fake_gcloud.home / "transformer" / "setup.py").exists()  # nothing unpacked
 
 
 def test_tpu_vm_asks_for_the_python_setup_py_asks_for():
@@ -391,11 +418,12 @@ def test_tpu_vm_dry_run_prints_what_every_worker_of_a_two_worker_slice_runs(tmp_
   assert "--worker=all" in lines[1]
   setup = _per_worker(lines, "worker", 2)
   assert setup[0] == setup[1] and "sys.version_info < (3, 11)" in setup[0]
-  assert r"python3 -m pip install -e .\[tpu\] -f " in setup[0]  # the extra, as bash reads it
+  assert r"$PY -m pip install -e .\[tpu\] -f " in setup[0]  # the extra, as bash reads it
   lines = _dry_run("tpu_vm.sh", "train", "--config.num_train_steps=10", WORKDIR="gs://b/run x",
                    **env)
   train = _per_worker(lines, "worker", 2)
-  assert train == [r"cd $HOME/transformer && python3 scripts/train.py "
+  assert train == [r"cd $HOME/transformer && PY=python3; if [ -x .venv/bin/python ]; then "
+                   r"PY=.venv/bin/python; fi && $PY scripts/train.py "
                    r"--config=configs/default.py --workdir=gs://b/run\ x "
                    r"--config.num_train_steps=10"] * 2
   assert not list(tmp_path.iterdir())  # nothing was run
