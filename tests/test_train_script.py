@@ -28,15 +28,21 @@ def _params(workdir):
 
 
 def _wait_for_step(workdir, step, proc, timeout=120):
-  """Waits until the run has logged `step` (a complete line of metrics.jsonl says so)."""
+  """Waits until this run has logged `step` (a complete line of metrics.jsonl says so). Lines
+  an earlier, killed run left past its checkpoint do not count: the rerun first rewrites the
+  file back to its checkpoint, so the last step must be seen below `step` before it counts."""
   path = os.path.join(workdir, writers.METRICS_FILE)
-  start = time.time()
+  start, seen_below = time.time(), False
   while time.time() - start < timeout and proc.poll() is None:
+    last = 0
     if os.path.exists(path):
       with open(path) as f:
         lines = f.read().split("\n")[:-1]  # the last piece may be a line being written
-      if lines and json.loads(lines[-1])["step"] >= step:
-        return
+      last = json.loads(lines[-1])["step"] if lines else 0
+    if last < step:
+      seen_below = True
+    elif seen_below:
+      return
     time.sleep(0.02)
   raise AssertionError(f"the run did not reach step {step}: {proc.poll()}")
 
