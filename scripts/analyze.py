@@ -7,7 +7,7 @@ attention maps of that input, every layer and head (`analysis.attention_map_figu
 
 from absl import app, flags
 
-from transformer import errors
+from transformer import cli, storage
 from transformer.research import analysis
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training workdir (config.json, checkpoints/).")
@@ -28,8 +28,12 @@ def main(argv):
     made = analysis.attention_map_figure(_WORKDIR.value, _TEXT.value, _STEP.value, _OUTPUT.value)
     print(f"{made['path']}: {made['panels']} panels of {len(made['tokens'])} tokens")
     return
-  analysis.analyze(_WORKDIR.value, _STEP.value, _NUM_BATCHES.value)
+  result = analysis.analyze(_WORKDIR.value, _STEP.value, _NUM_BATCHES.value)
+  plots = storage.join(_WORKDIR.value, "plots")
+  print(f"Analysed {_WORKDIR.value} at step {result['step']} over {result['num_batches']} "
+        f"held-out batch(es); wrote {plots}/analysis.md, analysis.json and "
+        f"{', '.join(result['plots'])}")
 
 
 if __name__ == "__main__":
-  errors.run_script(main)
+  cli.run_script(main)

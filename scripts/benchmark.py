@@ -11,7 +11,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
-from transformer import errors
+from transformer import cli
 from transformer.research import benchmarking
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
@@ -32,7 +32,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   result = benchmarking.benchmark(
-      errors.config_of(_CONFIG), _MODE.value, _STEPS.value, _REPEATS.value,
+      cli.config_of(_CONFIG), _MODE.value, _STEPS.value, _REPEATS.value,
       diagnostics_every=_DIAGNOSTICS_EVERY.value, decode_batch=_DECODE_BATCH.value,
       decode_tokens=_DECODE_TOKENS.value, profile_dir=_PROFILE.value)
   text = json.dumps(result, indent=2)
@@ -43,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run_script(main)
+  cli.run_script(main)

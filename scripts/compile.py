@@ -16,7 +16,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the target is compiled for, not
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from transformer import errors  # noqa: E402
+from transformer import cli, errors  # noqa: E402
 from transformer.research import compile_report  # noqa: E402
 from transformer.training import experiment  # noqa: E402
 
@@ -63,7 +63,7 @@ def main(argv):
     return table(_TABLE.value, _AGGREGATE_ONLY.value, _ONLY.value)
   if _CONFIG.value is None:
     raise app.UsageError("Pass --config=configs/X.py (or --table=DIR).")
-  report = compile_report.compile_report(errors.config_of(_CONFIG), _TARGET.value)
+  report = compile_report.compile_report(cli.config_of(_CONFIG), _TARGET.value)
   print(compile_report.format_report(report))
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
@@ -71,4 +71,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run_script(main)
+  cli.run_script(main)

@@ -10,10 +10,12 @@ line per input line, in order; an empty line gives an empty line. The work is
 `transformer.inference.lines.decode_file`.
 """
 
-from absl import app, flags, logging
+import sys
 
-from transformer import errors
-from transformer.inference import decoding, lines
+from absl import app, flags
+
+from transformer import cli
+from transformer.inference import lines
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")
@@ -27,20 +29,24 @@ _MAX_INPUT_LEN = flags.DEFINE_integer("max_input_len", None,
 _PROMPT_EOS = flags.DEFINE_enum("prompt_eos", "auto", ["auto", "true", "false"],
                                 "lm: append EOS to each prompt (auto: for seq2seq-style data).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
-_DECODE_CONFIG = decoding.define_decode_flags()
+_DECODE_CONFIG = cli.define_decode_flags()
+flags.adopt_module_key_flags(cli)  # --method, --beam_size, ... in --help
 flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  if not flags.FLAGS["verbosity"].present:  # keep orbax's per-file INFO lines off the terminal
-    logging.set_verbosity(logging.WARNING)
   prompt_eos = None if _PROMPT_EOS.value == "auto" else _PROMPT_EOS.value == "true"
-  lines.decode_file(_WORKDIR.value, _INPUT.value, _OUTPUT.value, config=_DECODE_CONFIG(),
-                    step=_STEP.value, tokenizer=_TOKENIZER.value, batch_size=_BATCH_SIZE.value,
-                    max_len=_MAX_INPUT_LEN.value, prompt_eos=prompt_eos, seed=_SEED.value)
+  done = lines.decode_file(_WORKDIR.value, _INPUT.value, _OUTPUT.value, config=_DECODE_CONFIG(),
+                           step=_STEP.value, tokenizer=_TOKENIZER.value,
+                           batch_size=_BATCH_SIZE.value, max_len=_MAX_INPUT_LEN.value,
+                           prompt_eos=prompt_eos, seed=_SEED.value)
+  # On stderr: stdout may be the output itself.
+  output = "stdout" if done["output"] == "-" else done["output"]
+  print(f"Decoded {done['lines']} line(s) with {done['workdir']} at step {done['step']} "
+        f"({_DECODE_CONFIG().method}) -> {output}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-  errors.run_script(main)
+  cli.run_script(main)

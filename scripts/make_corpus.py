@@ -16,7 +16,7 @@ import json
 
 from absl import app, flags
 
-from transformer import errors
+from transformer import cli, errors
 from transformer.data import message_catalogs
 
 _OUT = flags.DEFINE_string("out", "data/catalogs_en_de.tsv", "The TSV to write.")
@@ -50,4 +50,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run_script(main)
+  cli.run_script(main)

@@ -12,7 +12,7 @@ The work is `transformer.research.sweeps.run_command`.
 
 from absl import app, flags
 
-from transformer import errors
+from transformer import cli
 from transformer.research import sweeps
 
 _CONFIG = flags.DEFINE_string("config", None, "Sweep file (configs/sweeps/NAME.py).")
@@ -34,4 +34,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run_script(main)
+  cli.run_script(main)

@@ -5,13 +5,12 @@ Multi-host: JAX detects TPU pod slices and SLURM; elsewhere pass --coordinator_a
 --num_processes and --process_id (see launch/).
 """
 
-import logging as pylogging
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from transformer import errors
+from transformer import cli
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -23,18 +22,10 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-class _OnlyOwnInfo(pylogging.Filter):
-  """Library INFO chatter (orbax logs every file it renames) is dropped; warnings stay."""
-
-  def filter(self, record: pylogging.LogRecord) -> bool:
-    return record.levelno >= pylogging.WARNING or "site-packages" not in record.pathname
-
-
 def main(argv):
-  logging.get_absl_handler().addFilter(_OnlyOwnInfo())
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  config = errors.config_of(_CONFIG)
+  config = cli.config_of(_CONFIG)
   # Imported here so that flag and config mistakes are reported before jax starts.
   from transformer.training import experiment, loop, sharding
 
@@ -43,8 +34,8 @@ def main(argv):
   final = loop.train_and_evaluate(config, _WORKDIR.value)
   logging.info("final metrics: %s", final)
   if final.get("stopped_by") == "SIGINT":
-    sys.exit(errors.EXIT_INTERRUPTED)
+    sys.exit(cli.EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":
-  errors.run_script(main)
+  cli.run_script(main)

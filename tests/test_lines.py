@@ -1,6 +1,7 @@
 """Lines in, lines out: order kept, empty lines empty, truncation counted; scripts/decode.py."""
 
 import io
+import json
 import logging
 import os
 import subprocess
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
+from test_evaluation import sacrebleu_cli
 from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
 from transformer.inference import decoding, loading
@@ -71,6 +73,8 @@ def test_decode_script(decode_run):
   want = lines_io.decode_lines(loading.load(decode_run), lines, DecodeConfig(method="greedy"))
   assert run.stdout == "".join(w + "\n" for w in want)
   assert "1 of 4 input line(s) had more than 9 tokens" in run.stderr
+  step = loading.load(decode_run).step  # what it loaded, said on stderr
+  assert f"Decoded 4 line(s) with {decode_run} at step {step} (greedy) -> stdout" in run.stderr
 
   run = _script("decode.py", f"--workdir={decode_run}/nope", stdin="a b\n")
   assert run.returncode == 1 and run.stdout == ""
@@ -121,3 +125,29 @@ def test_an_unwritable_output_fails_before_any_work(tmp_path):
     lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "nodir" / "out.txt"))
   with pytest.raises(loading.InferenceError, match="Cannot read --input="):
     lines_io.decode_file(str(tmp_path / "no_run"), str(tmp_path / "missing.txt"))
+
+
+def test_the_decoding_flags_are_in_each_scripts_help():
+  for script in ("decode.py", "evaluate.py"):
+    run = _script(script, "--help")  # absl's --help ends with exit status 1
+    for flag in ("--method", "--beam_size", "--alpha", "--top_p", "--workdir"):
+      assert flag in run.stdout, (script, flag)
+
+
+def test_evaluate_scores_a_named_test_set_as_sacrebleus_command_line_does(decode_run, tmp_path):
+  sources = ["a b c", "d e", "h g f", "c c a b"]
+  references = [s for s in sources[:2]] + ["f g h", "b a c c"]
+  (tmp_path / "test.src").write_text("".join(s + "\n" for s in sources))
+  (tmp_path / "test.ref").write_text("".join(r + "\n" for r in references))
+  hypotheses = tmp_path / "hyp.txt"
+  run = _script("evaluate.py", f"--workdir={decode_run}", f"--input={tmp_path / 'test.src'}",
+                f"--reference={tmp_path / 'test.ref'}", f"--output={hypotheses}",
+                "--method=greedy")
+  assert run.returncode == 0, run.stderr
+  results = json.loads(run.stdout)
+  assert results["num_examples"] == 4 and results["step"] == loading.load(decode_run).step
+  assert results["bleu"] == pytest.approx(sacrebleu_cli(tmp_path / "test.ref", hypotheses),
+                                          abs=1e-6)
+  assert f"wrote {hypotheses}" in run.stderr
+  run = _script("evaluate.py", f"--workdir={decode_run}", f"--input={tmp_path / 'test.src'}")
+  assert run.returncode == 1 and "--input and --reference go together" in run.stderr

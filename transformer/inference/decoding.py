@@ -376,22 +376,3 @@ def beam_search(model: nn.Module, params: Any, inputs: Any, *, beam_size: int = 
   """Beam search with the GNMT length penalty: (tokens int32[B, L], scores float32[B])."""
   config = DecodeConfig(method="beam", beam_size=beam_size, alpha=alpha, extra_len=extra_len)
   return decode(model, params, inputs, config)
-
-
-def define_decode_flags(default_method: str = "beam"):
-  """Defines --method, --beam_size, --alpha, --temperature, --top_k, --top_p, --extra_len
-  (absl, for scripts); returns a function that builds the DecodeConfig from their values."""
-  from absl import flags
-
-  d = DecodeConfig()
-  defined = dict(
-      method=flags.DEFINE_enum("method", default_method, METHODS, "Decoding method."),
-      beam_size=flags.DEFINE_integer("beam_size", d.beam_size, "Beam search: beams."),
-      alpha=flags.DEFINE_float("alpha", d.alpha, "Beam search: GNMT length penalty exponent."),
-      temperature=flags.DEFINE_float("temperature", d.temperature, "Sampling: temperature."),
-      top_k=flags.DEFINE_integer("top_k", d.top_k, "Sampling: keep the k likeliest (0 = all)."),
-      top_p=flags.DEFINE_float("top_p", d.top_p, "Sampling: nucleus mass (1 = all)."),
-      extra_len=flags.DEFINE_integer("extra_len", d.extra_len,
-                                     "Output tokens allowed beyond the input's length."),
-  )
-  return lambda: DecodeConfig(**{name: flag.value for name, flag in defined.items()})

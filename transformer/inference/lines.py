@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import ml_collections
@@ -157,11 +157,39 @@ def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,
                 config: DecodeConfig = DecodeConfig(), step: Optional[int] = None,
                 tokenizer: Optional[str] = None, batch_size: int = 64,
                 max_len: Optional[int] = None, prompt_eos: Optional[bool] = None,
-                seed: int = 0) -> None:
-  """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`."""
+                seed: int = 0) -> dict[str, Any]:
+  """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`;
+  returns what it did: {'workdir', 'step' (the checkpoint loaded), 'lines', 'output'}."""
   check_writable(output_path)
   lines = read_lines(input_path)
   loaded = loading.load(workdir, step, tokenizer)
   outputs = decode_lines(loaded, lines, config, batch_size=batch_size, max_len=max_len,
                          prompt_eos=prompt_eos, seed=seed)
   write_lines(output_path, outputs)
+  return {"workdir": workdir, "step": loaded.step, "lines": len(lines), "output": output_path}
+
+
+def score_file(workdir: str, input_path: str, reference_path: str,
+               output_path: Optional[str] = None, *, config: DecodeConfig = DecodeConfig(),
+               step: Optional[int] = None, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
+  """Decodes each line of `input_path` (a named test set's sources) and scores the outputs
+  against `reference_path` (one reference a line) with sacrebleu's corpus BLEU, the figure
+  `sacrebleu REFERENCE -i HYPOTHESES` prints; writes the hypotheses to `output_path` if given.
+  Returns {'workdir', 'step', 'num_examples', 'bleu', 'bleu_signature', 'exact_match', ...}."""
+  if output_path is not None:
+    check_writable(output_path)
+  sources, references = read_lines(input_path), read_lines(reference_path)
+  if len(sources) != len(references):
+    raise loading.InferenceError(
+        f"--input={input_path} has {len(sources)} lines but --reference={reference_path} has "
+        f"{len(references)}; pass one reference line per input line.")
+  loaded = loading.load(workdir, step)
+  hypotheses = decode_lines(loaded, sources, config, batch_size=batch_size, seed=seed)
+  if output_path is not None:
+    write_lines(output_path, hypotheses)
+  bleu = evaluation.corpus_bleu(hypotheses, references)
+  return {"workdir": workdir, "step": loaded.step, "input": input_path,
+          "reference": reference_path, "hypotheses_file": output_path,
+          "num_examples": len(sources), "bleu": bleu.score, "bleu_signature": bleu.signature,
+          "exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)]))
+          if sources else 0.0}

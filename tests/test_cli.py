@@ -1,0 +1,133 @@
+"""The scripts' boundary: a user's mistake is one line and exit 1, anything else its traceback;
+one log rule; the shared decoding flags."""
+
+import logging
+import os
+import sys
+import types
+
+import pytest
+from absl import app
+
+from transformer import cli, errors
+from transformer.inference import decoding
+
+
+def _boundary(main, capsys):
+  """Runs main behind run_script as a script would; returns (exit code or None, stderr)."""
+  try:
+    cli.run_script(main)
+  except SystemExit as e:
+    code = e.code
+    if isinstance(code, str):  # sys.exit("error: ...") prints the text and exits 1
+      return 1, code
+    return code, capsys.readouterr().err
+  return None, capsys.readouterr().err
+
+
+def test_a_user_error_is_one_line_once(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog"])
+
+  def main(argv):
+    raise errors.ConfigError("batch_size=3 must be\na multiple of 8; set it to 8.")
+
+  code, err = _boundary(main, capsys)
+  assert (code, err) == (1, "error: batch_size=3 must be a multiple of 8; set it to 8.")
+
+
+@pytest.mark.parametrize("bug", [KeyError("step"), TypeError("unsupported operand"),
+                                 ValueError("Expecting value: line 1 column 1"),
+                                 FileNotFoundError("/tmp/orbax/x")])
+def test_anything_else_raised_in_main_keeps_its_traceback(monkeypatch, capsys, bug):
+  monkeypatch.setattr("sys.argv", ["prog"])
+
+  def main(argv):
+    raise bug
+
+  with pytest.raises(type(bug)):
+    cli.run_script(main)
+
+
+def test_mistakes_found_while_the_flags_are_parsed_are_one_line(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog", "--config=c.py", "--config.model.dmodel=3"])
+
+  def parse_fails(main, **kwargs):  # what ml_collections raises for an unknown field, before main
+    raise AttributeError("'dmodel'\\nDid you mean \"d_model\" instead of \"dmodel\"?")
+
+  monkeypatch.setattr(app, "run", parse_fails)
+  code, err = _boundary(lambda argv: None, capsys)
+  assert code == 1
+  assert err == ("error: bad --config or override: --config.model.dmodel names no field of "
+                 "the config (unknown field 'dmodel'); Did you mean \"d_model\" instead of "
+                 "\"dmodel\"?")
+
+
+def test_a_user_error_raised_by_a_config_files_get_config_is_one_line(monkeypatch, capsys,
+                                                                     tmp_path):
+  from absl import flags
+  from ml_collections import config_flags
+  if "errors_test_config" not in flags.FLAGS:
+    config_flags.DEFINE_config_file("errors_test_config", None, "")
+  path = tmp_path / "recipes.py"
+  path.write_text("from transformer.errors import ConfigError\n"
+                  "def get_config(recipe):\n"
+                  "  raise ConfigError(f'{recipe} is not a recipe; use paper.')\n")
+  monkeypatch.setattr("sys.argv", ["prog", f"--errors_test_config={path}:bogus"])
+  code, err = _boundary(lambda argv: None, capsys)
+  assert (code, err) == (1, "error: bogus is not a recipe; use paper.")
+  # Any other flag error keeps absl's own report (and exit status 1).
+  monkeypatch.setattr("sys.argv", ["prog", "--errors_test_no_such_flag=1"])
+  code, err = _boundary(lambda argv: None, capsys)
+  assert code == 1 and "FATAL Flags parsing error" in err and "errors_test_no_such_flag" in err
+
+
+def test_an_interrupt_outside_the_loop_exits_130_without_a_traceback(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog"])
+
+  def main(argv):
+    raise KeyboardInterrupt
+
+  code, err = _boundary(main, capsys)
+  assert code == cli.EXIT_INTERRUPTED and err == "Interrupted.\n"
+
+
+def test_orbax_leftovers_after_a_failed_read_do_not_bury_the_message(monkeypatch, capsys):
+  monkeypatch.setattr("sys.argv", ["prog"])
+  seen = []
+  monkeypatch.setattr("sys.unraisablehook", seen.append)
+  asyncio_log = logging.getLogger("asyncio")
+  monkeypatch.setattr(asyncio_log, "filters", [])
+  _boundary(lambda argv: None, capsys)  # installs both, as every script does
+  for e in (RuntimeError("Event loop is closed"), RuntimeError("something else")):
+    sys.unraisablehook(types.SimpleNamespace(exc_value=e))
+  assert [str(u.exc_value) for u in seen] == ["something else"]
+  record = lambda msg: logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, (), None)  # noqa: E731
+  assert asyncio_log.filter(record("Task was destroyed but it is pending!"))
+  assert not asyncio_log.filter(record("Task exception was never retrieved"))
+
+
+def test_libraries_info_logging_is_dropped_and_their_warnings_kept():
+  def record(level, path, error=None):
+    exc_info = (type(error), error, None) if error else None
+    return logging.LogRecord("absl", level, path, 1, "msg", None, exc_info)
+  site = os.path.join(os.sep, "venv", "lib", "site-packages")
+  orbax = os.path.join(site, "orbax", "checkpoint", "checkpoint.py")
+  assert not cli.library_log_filter(record(logging.INFO, orbax))
+  assert not cli.library_log_filter(record(logging.INFO, os.path.join(site, "grain", "x.py")))
+  assert cli.library_log_filter(record(logging.WARNING, orbax))
+  assert cli.library_log_filter(record(logging.INFO, os.path.join(os.sep, "repo", "transformer",
+                                                                  "loop.py")))
+  # A save on a full disk: orbax's threads log its traceback several times (hundreds of lines)
+  # before the run reports the same error in one line; any other error of orbax still shows.
+  full = ValueError("RESOURCE_EXHAUSTED: Failed to write: No space left on device [28]")
+  assert not cli.library_log_filter(record(logging.ERROR, orbax, full))
+  assert cli.library_log_filter(record(logging.ERROR, orbax, ValueError("bad shape")))
+  assert cli.library_log_filter(record(logging.ERROR, orbax))
+
+
+def test_the_decoding_flags_build_a_decode_config():
+  from absl import flags
+  values = flags.FlagValues()  # a registry of its own: the scripts' FLAGS stay untouched
+  build = cli.define_decode_flags(default_method="greedy", flag_values=values)
+  values(["prog", "--beam_size=3", "--alpha=0.2"])
+  assert build() == decoding.DecodeConfig(method="greedy", beam_size=3, alpha=0.2)

@@ -1,0 +1,181 @@
+"""The scripts' boundary: one error rule, one log rule, flag parsing, the shared flags.
+
+Every script runs `main` through `run_script`: a `UserError` (transformer/errors.py) ends with
+`error: MESSAGE` and exit 1, anything else keeps its traceback; libraries' INFO chatter is
+kept off the terminal (`library_log_filter`). The decoding flags that decode.py and
+evaluate.py share are defined here, once. This module sits on top of the layers, beside
+research/; nothing in the package imports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+from transformer import errors
+from transformer.errors import ConfigError, UserError, disk_full, one_line
+from transformer.inference.decoding import METHODS, DecodeConfig
+
+EXIT_INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
+
+
+def exit_with(message: str) -> NoReturn:
+  """Ends the script with `error: MESSAGE` on stderr (once) and exit status 1."""
+  sys.exit(f"error: {' '.join(message.split())}")
+
+
+def run_script(main: Callable[[Sequence[str]], Any]) -> None:
+  """absl's app.run(main) behind the boundary: a UserError ends with one line and exit 1.
+
+  A mistake in the flags, the --config file or an override, found while absl parses them
+  before `main` starts, is a user's too. Once `main` runs, anything but a UserError
+  (KeyError, TypeError, an orbax error ...) is a bug and is raised with its traceback.
+  KeyboardInterrupt outside the training loop (which saves and exits 130 itself) exits 130.
+  """
+  from absl import app
+  from absl import logging as absl_logging
+
+  sys.unraisablehook = _without_closed_loop_noise(sys.unraisablehook)
+  logging.getLogger("asyncio").addFilter(_abandoned_task_filter)
+  # On absl's handler, which every logger's records reach: orbax's (through absl) and jax's.
+  absl_logging.get_absl_handler().addFilter(library_log_filter)
+  started = False
+
+  def wrapped(argv: Sequence[str]) -> Any:
+    nonlocal started
+    started = True
+    return main(argv)
+
+  try:
+    app.run(wrapped, flags_parser=_parse_flags)
+  except UserError as e:
+    exit_with(str(e))
+  except KeyboardInterrupt:
+    print("Interrupted.", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)
+  except (KeyError, AttributeError, ValueError, TypeError, OSError) as e:
+    if started:
+      raise
+    exit_with(f"bad --config or override: {config_flag_message(e)}")
+
+
+def _parse_flags(argv: Sequence[str]) -> list[str]:
+  """absl's flag parsing, except that a UserError raised by a config file's get_config (as
+  configs/lm.py:NAME does for an unknown recipe) ends as its own one line: config_flags hands
+  it to absl as the text of its traceback, whose last line is `transformer.errors.CLASS: MSG`.
+  A bad value of a --config override is one line naming the flag, its value and the cause
+  (ml_collections' "invalid literal for int()"); any other flag error keeps absl's report."""
+  from absl import flags
+
+  try:
+    return flags.FLAGS(list(argv))
+  except flags.Error as e:
+    last = str(e).strip().splitlines()[-1].strip()
+    prefix = f"{errors.__name__}."
+    name, _, message = last[len(prefix):].partition(": ")
+    cls = getattr(errors, name, None) if last.startswith(prefix) else None
+    if isinstance(cls, type) and issubclass(cls, UserError):
+      exit_with(message)
+    text = " ".join(str(e).split())
+    if text.startswith("flag --config."):  # IllegalFlagValueError of an override
+      exit_with(f"bad --config or override: {text[len('flag '):]}")
+    # absl's own report (app.parse_flags_with_usage), without parsing again: a second parse
+    # would define the config's override flags twice and report that instead.
+    sys.stderr.write(f"FATAL Flags parsing error: {text}\n"
+                     "Pass --helpshort or --helpfull to see help on flags.\n")
+    sys.exit(1)
+
+
+def _without_closed_loop_noise(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+  """The unraisable-exception hook, minus 'Event loop is closed': after a failed checkpoint
+  read, orbax leaves tensorstore callbacks for its closed event loop, which otherwise print
+  tracebacks under the one-line message when they are collected at exit."""
+
+  def quiet(unraisable: Any) -> None:
+    e = unraisable.exc_value
+    if isinstance(e, RuntimeError) and "Event loop is closed" in str(e):
+      return
+    hook(unraisable)
+
+  return quiet
+
+
+def _abandoned_task_filter(record: logging.LogRecord) -> bool:
+  """Drops asyncio's 'exception was never retrieved' reports: after a failed checkpoint read
+  orbax abandons its other read tasks, whose errors (the same damage, already reported in
+  one line) asyncio would otherwise print with a traceback whenever they are collected."""
+  return "exception was never retrieved" not in record.getMessage()
+
+
+def library_log_filter(record: logging.LogRecord) -> bool:
+  """The one rule for every script's log: a library's INFO and DEBUG lines are dropped (orbax
+  writes one per file it renames, and one per checkpoint read with the checksum of every
+  array), and so are the tracebacks orbax's background threads log for a full disk (hundreds
+  of lines for one failed save, which the run reports in one line). The package's own INFO
+  lines, and every library's other warnings and errors, still show."""
+  if f"{os.sep}site-packages{os.sep}" not in record.pathname:
+    return True
+  if record.levelno < logging.WARNING:
+    return False
+  return not (f"{os.sep}orbax{os.sep}" in record.pathname and record.exc_info
+              and disk_full(record.exc_info[1]))
+
+
+def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:
+  """What ml_collections' flag parsing means by e, in a user's words: a KeyError or
+  AttributeError naming a field of an override on the command line is an unknown field."""
+  raw = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+  # ml_collections nests the repr of a KeyError's message: undo its escapes.
+  raw = raw.replace("\\n", "\n").replace("\\'", "'").strip().strip("'\"")
+  first, _, hint = raw.partition("\n")
+  name = first.strip().strip("'\"")
+  argv = sys.argv if argv is None else argv
+  if isinstance(e, (KeyError, AttributeError)):
+    for arg in argv:
+      field = arg.partition("=")[0]
+      if field.startswith("--config.") and field.rsplit(".", 1)[-1] == name:
+        hint = " ".join(hint.split()) or "check its spelling against the config file"
+        return f"{field} names no field of the config (unknown field {name!r}); {hint}"
+  return " ".join(raw.split())
+
+
+def config_of(holder: Any) -> Any:
+  """The config of an ml_collections --config flag; a file that could not be loaded (it is
+  missing, say) is a ConfigError naming it, not a traceback at its first use."""
+  from absl import flags
+  from ml_collections import config_flags
+
+  config = holder.value
+  try:
+    config.keys()  # a config that failed to load raises here
+  except OSError as e:
+    path = config_flags.get_config_filename(flags.FLAGS[holder.name])
+    if not os.path.isfile(path.split(":")[0]):
+      raise ConfigError(f"--{holder.name}={path} does not exist; pass an existing config file "
+                        "such as configs/default.py.") from None
+    raise ConfigError(f"--{holder.name}={path} could not be loaded: {one_line(e)}.") from None
+  return config
+
+
+def define_decode_flags(default_method: str = "beam",
+                        flag_values: Any = None) -> Callable[[], DecodeConfig]:
+  """Defines --method, --beam_size, --alpha, --temperature, --top_k, --top_p, --extra_len (in
+  absl's FLAGS, or `flag_values`); returns a function that builds the DecodeConfig from their
+  values. A script shows them in its --help with `flags.adopt_module_key_flags(cli)`."""
+  from absl import flags
+
+  d = DecodeConfig()
+  on = {"flag_values": flags.FLAGS if flag_values is None else flag_values}
+  defined = dict(
+      method=flags.DEFINE_enum("method", default_method, METHODS, "Decoding method.", **on),
+      beam_size=flags.DEFINE_integer("beam_size", d.beam_size, "Beam search: beams.", **on),
+      alpha=flags.DEFINE_float("alpha", d.alpha, "Beam search: GNMT length penalty exponent.", **on),
+      temperature=flags.DEFINE_float("temperature", d.temperature, "Sampling: temperature.", **on),
+      top_k=flags.DEFINE_integer("top_k", d.top_k, "Sampling: keep the k likeliest (0 = all).", **on),
+      top_p=flags.DEFINE_float("top_p", d.top_p, "Sampling: nucleus mass (1 = all).", **on),
+      extra_len=flags.DEFINE_integer("extra_len", d.extra_len,
+                                     "Output tokens allowed beyond the input's length.", **on),
+  )
+  return lambda: DecodeConfig(**{name: flag.value for name, flag in defined.items()})
