@@ -119,3 +119,13 @@ def test_bad_arguments():
     losses.cross_entropy(jnp.zeros((1, 2, 3)), jnp.ones((1, 2), jnp.int32), label_smoothing=1.0)
   with pytest.raises(ValueError, match="targets"):
     losses.cross_entropy(jnp.zeros((1, 2, 3)), jnp.ones((1, 3), jnp.int32))
+
+
+def test_loss_outputs_add_up_field_by_field_on_device_and_on_host():
+  a = losses.LossOutput(*(jnp.float32(v) for v in (1.0, 2.0, 0.5, 3.0, 4.0)), log_z=jnp.ones((2, 3)))
+  b = losses.LossOutput(*(jnp.float32(v) for v in (0.5, 1.0, 0.0, 1.0, 2.0)))
+  total = losses.LossOutput.total([a, b])
+  assert [float(v) for v in total[:5]] == [1.5, 3.0, 0.5, 4.0, 6.0] and total.log_z is None
+  on_host = losses.LossOutput.total([a._asdict(), b._asdict()], dtype=np.float64)  # dicts too
+  assert on_host == total and all(np.asarray(v).dtype == np.float64 for v in on_host[:5])
+  assert [float(v) for v in losses.LossOutput.total([])[:5]] == [0.0] * 5

@@ -116,6 +116,12 @@ class ModelConfig:
 
   # ---- derived sizes ----
   @property
+  def has_position_table(self) -> bool:
+    """Whether positions come from a table of max_len rows (sinusoidal, learned): no row
+    can be longer. RoPE and no encoding have no such limit."""
+    return self.posemb in ("sinusoidal", "learned")
+
+  @property
   def qk_dim(self) -> int:
     """d_k: the per-head query/key width."""
     return self.head_dim if self.head_dim is not None else self.d_model // self.num_heads

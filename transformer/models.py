@@ -205,7 +205,7 @@ def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
   The cache is made by a decoder pass over `length` zeros: inside jit XLA keeps only what
   feeds the cache; outside jit the whole pass runs.
   """
-  if length > model.config.max_len and model.config.posemb in ("sinusoidal", "learned"):
+  if length > model.config.max_len and model.config.has_position_table:
     raise ConfigError(f"A cache of {length} positions exceeds the position table of "
                       f"max_len={model.config.max_len}; decode at most {model.config.max_len}.")
   targets = jnp.zeros((batch, length), jnp.int32)

@@ -191,7 +191,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if model.dtype == "float16":
     raise ConfigError("model.dtype='float16' needs loss scaling, which training does not do; "
                       "use model.dtype='bfloat16' (float32 range, no scaling needed).")
-  if config.max_len > model.max_len and model.posemb in ("sinusoidal", "learned"):
+  if config.max_len > model.max_len and model.has_position_table:
     raise ConfigError(f"Rows of max_len={config.max_len} tokens exceed the model's position "
                       f"table (model.max_len={model.max_len}); raise model.max_len or lower "
                       "max_len.")

@@ -159,8 +159,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
             f"on were set aside as <step>.nonfinite and {resume}; lower learning_rate or set "
             "grad_clip_norm.")
     elapsed = time.perf_counter() - timer
-    total = LossOutput(*(np.sum([m[k] for m in fetched], dtype=np.float64)
-                         for k in LossOutput._fields[:-1]))
+    total = LossOutput.total(fetched, dtype=np.float64)
     summary = {k: float(v) for k, v in summarize(total).items() if k != "weight_sum"}
     for k in ("learning_rate", "grad_norm", "param_norm"):
       summary[k] = float(fetched[-1][k])

@@ -6,10 +6,11 @@ logged means.
 """
 
 import math
-from typing import NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from transformer.errors import ConfigError
 
@@ -37,6 +38,24 @@ class LossOutput(NamedTuple):
   def zeros(cls) -> "LossOutput":
     """Zero sums (log_z None): the start of a running total."""
     return cls(*([jnp.zeros((), jnp.float32)] * 5))
+
+  @classmethod
+  def total(cls, outputs: Iterable[Any], dtype: Optional[Any] = None) -> "LossOutput":
+    """The field-wise sum of `outputs` (LossOutputs, or mappings that hold their fields),
+    log_z dropped: how steps and batches combine. On the device as they are, or on the host
+    at `dtype` (np.float64 for a long window); zeros when there are none."""
+    rows = ([out[k] if isinstance(out, Mapping) else getattr(out, k) for k in _SUMS]
+            for out in outputs)
+    if dtype is not None:  # numpy's (pairwise) sum of each field
+      columns = list(zip(*rows))
+      return cls(*(np.sum(c, dtype=dtype) for c in columns)) if columns else cls.zeros()
+    sums = None
+    for values in rows:  # a running sum: the outputs need not all be held at once
+      sums = values if sums is None else [a + b for a, b in zip(sums, values)]
+    return cls.zeros() if sums is None else cls(*sums)
+
+
+_SUMS = LossOutput._fields[:-1]  # every field but log_z
 
 
 def _smoothed_entropy(vocab_size: int, label_smoothing: float) -> float:

@@ -245,8 +245,6 @@ def evaluate(eval_step: Callable[[Any, Batch], losses.LossOutput], params: Any,
              batches: Iterable[dict[str, Any]], mesh: Mesh) -> dict[str, float]:
   """`losses.summarize` of the sums over host batches (each process its rows): loss,
   perplexity, accuracy... of a whole split, each example counted once."""
-  total = None
-  for batch in batches:
-    out = eval_step(params, sharding.global_batch(batch, mesh))
-    total = out if total is None else jax.tree_util.tree_map(jnp.add, total, out)
+  total = losses.LossOutput.total(
+      eval_step(params, sharding.global_batch(batch, mesh)) for batch in batches)
   return {k: float(v) for k, v in sharding.to_host(losses.summarize(total)).items()}
