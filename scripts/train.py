@@ -31,7 +31,7 @@ def main(argv):
 
   experiment.validate(config)  # before any process starts, any data or file is written
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  final = loop.train_and_evaluate(config, _WORKDIR.value)
+  final = loop.train_and_evaluate(config, _WORKDIR.value, validated=True)
   logging.info("final metrics: %s", final)
   if final.get("stopped_by") == "SIGINT":
     sys.exit(cli.EXIT_INTERRUPTED)

@@ -4,6 +4,7 @@ import errno
 import logging
 import math
 
+import numpy as np
 import pytest
 
 from transformer.errors import RunError
@@ -90,3 +91,23 @@ def test_a_close_on_a_full_disk_is_not_tried_again_at_exit(tmp_path, monkeypatch
     writer.close()
   events.close()  # what tensorboardX's exit hook calls: nothing left to do, no error
   assert events._worker is None or not events._worker.is_alive()
+
+
+def test_a_metric_window_sums_its_steps_and_stops_at_a_non_finite_loss():
+  def step(loss_sum, weight, grad_norm):
+    return {"loss_sum": np.float32(loss_sum), "nll_sum": np.float32(loss_sum),
+            "z_loss_sum": np.float32(0), "correct_sum": np.float32(weight / 2),
+            "weight_sum": np.float32(weight), "learning_rate": np.float32(1e-3),
+            "grad_norm": np.float32(grad_norm), "param_norm": np.float32(5)}
+  stopped = []
+  window = writers.MetricWindow(stopped.append)
+  window.add(step(4.0, 2.0, 1.0))
+  window.add(step(12.0, 2.0, 3.0))
+  summary = window.summary(2)
+  assert summary["loss"] == 4.0 and summary["accuracy"] == 0.5  # 16 / 4 tokens, 2 / 4 right
+  assert summary["loss_step_max"] == 6.0 and summary["grad_norm_step_max"] == 3.0
+  assert summary["grad_norm"] == 3.0 and len(window) == 0 and not stopped  # the last step's
+  window.add(step(1.0, 2.0, 1.0))
+  window.add(step(float("nan"), 2.0, 1.0))
+  window.summary(4)
+  assert stopped == [4]  # the step whose loss was not finite

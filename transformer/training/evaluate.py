@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
+from absl import logging
 from jax.experimental import multihost_utils
 
 from transformer import storage
@@ -22,9 +23,49 @@ from transformer.data import pipeline
 from transformer.errors import UserError
 from transformer.inference import evaluation, lines, loading
 from transformer.inference.decoding import DecodeConfig
-from transformer.training import sharding, steps, workdir_checks
+from transformer.training import sharding, steps, workdir_checks, writers
 
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
+# The splits training's evaluations write; at a resumed step they are run again, so their
+# records there are dropped first.
+EVAL_SPLITS = ("eval", "test", "decode")
+
+
+def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Module,
+                    params: Any, eval_step: Any, datasets: pipeline.Datasets,
+                    mesh: jax.sharding.Mesh, writer: writers.MetricWriter,
+                    final: dict[str, Any]) -> bool:
+  """Training's evaluations due at `step`: the eval split every eval_every_steps, the test
+  split once at the end, BLEU every bleu_every_steps (and the test split's at the end); each
+  written and put in `final`. True if any ran."""
+  is_last = step == config.num_train_steps
+  ran = False
+  if step % config.eval_every_steps == 0 or is_last:
+    final["eval"] = steps.evaluate(eval_step, params, datasets.eval_batches(), mesh)
+    writer.write(step, "eval", final["eval"])
+    logging.info("step %d eval %s", step, final["eval"])
+    ran = True
+  if is_last and datasets.test_batches() is not None:  # scored once, at the end
+    final["test"] = steps.evaluate(eval_step, params, datasets.test_batches(), mesh)
+    writer.write(step, "test", final["test"])
+    logging.info("step %d test %s", step, final["test"])
+    ran = True
+  if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
+    decoded = decode_eval_split(model, params, datasets, mesh)
+    final["decode"] = decoded.metrics()
+    examples = decoded.examples_markdown(config.num_decode_examples)
+    writer.write(step, "decode", final["decode"])
+    writer.write_text(step, "decode/examples", examples)
+    logging.info("step %d decode %s\n%s", step, final["decode"], examples)
+    if is_last and "test" in final:  # the reported BLEU: the test split's, once
+      decoded = decode_eval_split(model, params, datasets, mesh, split="test")
+      final["test"].update(decoded.metrics())
+      final["bleu_signature"] = decoded.bleu.signature
+      writer.write(step, "test", decoded.metrics())
+      logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
+                   final["bleu_signature"])
+    ran = True
+  return ran
 
 
 def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,

@@ -12,14 +12,13 @@ on the device.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
-import time
 from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from absl import logging
 from tqdm import tqdm
 
@@ -28,13 +27,7 @@ from transformer.data import pipeline
 from transformer.errors import NonFiniteLossError, TrainingError, UserError, one_line
 from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
                                   workdir_checks)
-from transformer.training.losses import LossOutput, summarize
-from transformer.training.writers import MetricWriter, read_metrics
-
-# The splits run_evals writes; at a resumed step they are run again, so their records there are
-# dropped first.
-EVAL_SPLITS = ("eval", "test", "decode")
-
+from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
 
 def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.Datasets:
   """Process 0 prepares the data (and tokenizer) first; the others then read what it wrote."""
@@ -53,14 +46,17 @@ PROFILE_DIR = "profile"  # WORKDIR/profile/plugins/profile/<date>/*.xplane.pb, *
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
+                       devices: Optional[Sequence[jax.Device]] = None, *,
+                       validated: bool = False) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final metrics.
 
   `devices` defaults to every device of every process (the mesh's data axis). From the end of
   data preparation, SIGTERM and SIGINT save a checkpoint at the step reached and return, with
-  final['stopped_by'] naming the signal.
+  final['stopped_by'] naming the signal. `validated=True`: the caller has run
+  experiment.validate(config) already (scripts/train.py, before the processes meet).
   """
-  experiment.validate(config)  # before anything is written
+  if not validated:
+    experiment.validate(config)  # before anything is written
   created = workdir_checks.check_workdir(workdir)
   # One run at a time in a workdir: process 0 holds the lock for the whole job.
   lock = workdir_checks.workdir_lock(workdir) if jax.process_index() == 0 else \
@@ -78,8 +74,31 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     raise
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]], signals: stop_signals.StopSignals) -> dict[str, Any]:
+@dataclasses.dataclass
+class _Run:
+  """What a run trains with, made by `_setup`; `state` changes with every step."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  datasets: pipeline.Datasets
+  mesh: jax.sharding.Mesh
+  model: Any
+  built: steps.Steps
+  state: Any
+  ckpt: checkpoint.Checkpointer
+  writer: MetricWriter
+  train_iter: Any
+  train_rng: jax.Array
+  resolved: dict[str, Any]  # the config as saved with each checkpoint
+  start_step: int
+  primary: bool  # process 0: it writes the metrics
+  heldout: list[Any]  # the diagnostics' held-out batches, the same at every step
+  counts: diagnostics.TokenCounts
+
+
+def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
+           devices: Optional[Sequence[jax.Device]]) -> _Run:
+  """Checks the workdir against this run, builds the mesh, model and steps, and restores the
+  newest checkpoint (or checks that starting afresh loses no history)."""
   model_config = experiment.model_config(config, datasets.vocab_size)
   identity = workdir_checks.run_identity(config, workdir, jax.process_count())
   resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
@@ -105,7 +124,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
 
   resolved["summary"] = model_summary.summarize(state.params, model_config, config.max_len,
                                                 decoder_only=config.model_type == "lm")
-  if jax.process_index() == 0:
+  primary = jax.process_index() == 0
+  if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
   ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints,
                                  async_save=config.async_checkpoints)
@@ -118,7 +138,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     raise TrainingError(f"The checkpoints in {workdir} do not fit this model ({e}); use a new "
                         "--workdir.") from None
   start_step = 0
-  primary = jax.process_index() == 0
   if restored is not None:
     state, start_step = restored
     logging.info("Resumed from step %d of %s.", start_step, workdir)
@@ -127,139 +146,46 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   if primary:
     checkpoint.write_config(workdir, resolved)
   writer = MetricWriter(workdir, enabled=primary, resume_step=start_step,
-                        rerun_splits=EVAL_SPLITS)
-
-  counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
-  # The scale statistics describe the same held-out text at every step (and in every run).
+                        rerun_splits=evaluate.EVAL_SPLITS)
   heldout = [sharding.global_batch(b, mesh) for b in itertools.islice(
       datasets.eval_batches(), config.diagnostics_batches)] if config.diagnostics_every_steps else []
+  counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
+  return _Run(config, workdir, datasets, mesh, model, built, state, ckpt, writer, train_iter,
+              train_rng, resolved, start_step, primary, heldout, counts)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
+           devices: Optional[Sequence[jax.Device]], signals: stop_signals.StopSignals) -> dict[str, Any]:
+  run = _setup(config, workdir, datasets, devices)
   num_steps = config.num_train_steps
-  pending: list[dict[str, jax.Array]] = []  # device metrics since the last log step
   final: dict[str, Any] = {}
-  bar = tqdm(total=num_steps, initial=start_step, disable=not primary, unit="step",
+  window = MetricWindow(lambda step: _stop_at_nonfinite(run.ckpt, step))
+  bar = tqdm(total=num_steps, initial=run.start_step, disable=not run.primary, unit="step",
              dynamic_ncols=True, desc="train")
-  timer = time.perf_counter()
-
-  def flush(step: int) -> dict[str, float]:
-    """Host-syncs the pending metrics; stops on a non-finite loss, keeping the last good checkpoint."""
-    nonlocal timer, pending
-    fetched = sharding.to_host(pending)
-    pending = []
-    for i, m in enumerate(fetched):
-      if not np.isfinite(m["loss_sum"]):
-        bad = step - len(fetched) + i + 1
-        # The params of step bad-1 gave this loss: set aside every checkpoint from there on.
-        for s in ckpt.all_steps():
-          if s >= bad - 1:
-            ckpt.set_aside(s, "nonfinite")
-        good = max(ckpt.all_steps(), default=None)
-        resume = f"a restart resumes from step {good}" if good else "no checkpoint is left"
-        raise NonFiniteLossError(
-            f"Non-finite loss at step {bad}; training stopped, checkpoints from step {bad - 1} "
-            f"on were set aside as <step>.nonfinite and {resume}; lower learning_rate or set "
-            "grad_clip_norm.")
-    elapsed = time.perf_counter() - timer
-    total = LossOutput.total(fetched, dtype=np.float64)
-    summary = {k: float(v) for k, v in summarize(total).items() if k != "weight_sum"}
-    for k in ("learning_rate", "grad_norm", "param_norm"):
-      summary[k] = float(fetched[-1][k])
-    # The worst single step of the window: loss and gradient-norm spikes show here even
-    # when the window's mean hides them.
-    summary["loss_step_max"] = max(float(m["loss_sum"]) / max(float(m["weight_sum"]), 1.0)
-                                   for m in fetched)
-    summary["grad_norm_step_max"] = max(float(m["grad_norm"]) for m in fetched)
-    summary["tokens_per_sec"] = float(total.weight_sum) / max(elapsed, 1e-9)
-    summary["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
-    timer = time.perf_counter()
-    return summary
-
-  def run_evals(step: int) -> None:
-    """The evaluations due at `step`. They follow the step's checkpoint, so a crash during a
-    long evaluation or decode loses no training: the resumed run repeats them."""
-    nonlocal timer
-    is_last = step == num_steps
-    if step % config.eval_every_steps == 0 or is_last:
-      final["eval"] = steps.evaluate(built.eval, state.params, datasets.eval_batches(), mesh)
-      writer.write(step, "eval", final["eval"])
-      logging.info("step %d eval %s", step, final["eval"])
-      timer = time.perf_counter()  # eval time is not training throughput
-    if is_last and datasets.test_batches() is not None:  # scored once, at the end
-      final["test"] = steps.evaluate(built.eval, state.params, datasets.test_batches(), mesh)
-      writer.write(step, "test", final["test"])
-      logging.info("step %d test %s", step, final["test"])
-      timer = time.perf_counter()
-    if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
-      decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh)
-      final["decode"] = decoded.metrics()
-      examples = decoded.examples_markdown(config.num_decode_examples)
-      writer.write(step, "decode", final["decode"])
-      writer.write_text(step, "decode/examples", examples)
-      logging.info("step %d decode %s\n%s", step, final["decode"], examples)
-      if is_last and "test" in final:  # the reported BLEU: the test split's, once
-        decoded = evaluate.decode_eval_split(model, state.params, datasets, mesh, split="test")
-        final["test"].update(decoded.metrics())
-        final["bleu_signature"] = decoded.bleu.signature
-        writer.write(step, "test", decoded.metrics())
-        logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
-                     final["bleu_signature"])
-      timer = time.perf_counter()
-
-  step = start_step
-  failed = True
-  profile = experiment.profile_window(config)
-  profiling = False
+  profile = _Profile(experiment.profile_window(config), storage.join(workdir, PROFILE_DIR),
+                     run.primary)
+  step, failed = run.start_step, True
   try:
-    if start_step:  # the checkpoint's step may have stopped before or inside its evaluations
-      run_evals(start_step)
-      if start_step == num_steps:  # nothing left to train: the last window's training metrics
+    if step:  # the checkpoint's step may have stopped before or inside its evaluations
+      _evaluate(run, step, final, window)
+      if step == num_steps:  # nothing left to train: the last window's training metrics
         last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
         final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
             if last else {}
     while step < num_steps:
       if signals.should_stop(step):  # every process asks at every step: they stop together
         break
-      if profile and step == profile[0] and primary:
-        jax.profiler.start_trace(storage.join(workdir, PROFILE_DIR))
-        profiling = True
-      host_batch = next(train_iter)
-      batch = sharding.global_batch(host_batch, mesh)
-      diagnose = config.diagnostics_every_steps and (step + 1) % config.diagnostics_every_steps == 0
-      if config.diagnostics_every_steps:
-        counts.add(host_batch)
-        if step == 0:  # the scales at initialisation, logged as step 0
-          writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
-              model, state.params, heldout, counts.frequency()))
-      old_params = jax.tree_util.tree_map(jnp.copy, state.params) if diagnose else None  # donated
-      state, metrics = built.train(state, batch, train_rng)
-      if diagnose:  # gradients at old_params with the step's dropout key
-        grads = built.grads(old_params, batch, jax.random.fold_in(train_rng, step))
-        writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
-            model, old_params, state.params, grads, heldout, counts.frequency()))
-      pending.append(metrics)
+      profile.step_begins(step)
+      window.add(_train_step(run, step))
       step += 1
       bar.update(1)
-      if profiling and step == profile[0] + profile[1]:
-        jax.block_until_ready(state)
-        jax.profiler.stop_trace()
-        profiling = False
-        logging.info("Profiled steps %d-%d into %s.", profile[0] + 1, step,
-                     storage.join(workdir, PROFILE_DIR))
-      is_last = step == num_steps
-      if step % config.log_every_steps == 0 or is_last or step % config.checkpoint_every_steps == 0:
-        summary = flush(step)
-        if step % config.log_every_steps == 0 or is_last:
-          writer.write(step, "train", summary)
-          bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
-                          tok_s=f"{summary['tokens_per_sec']:.0f}")
-          final["train"] = summary
-      if step % config.checkpoint_every_steps == 0 or is_last:
-        ckpt.save(step, state, data_iter=train_iter, config=resolved)
-        writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
-      run_evals(step)
+      profile.step_ended(step, run.state)
+      _log_and_save(run, step, window, bar, final)
+      _evaluate(run, step, final, window)
     if step < num_steps:  # stopped by a signal: save where we are, return cleanly
-      if pending:
-        flush(step)
-      ckpt.save(step, state, data_iter=train_iter, config=resolved)
+      if window:
+        window.summary(step)  # a non-finite loss in it sets the checkpoints aside instead
+      run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
       logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
                       "continue.", signals.stopped_by, step, workdir)
       final["preempted_at"] = step
@@ -267,11 +193,96 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     failed = False
   finally:
     bar.close()
-    if profiling:  # stopped inside the window: keep what was traced
-      jax.profiler.stop_trace()
-    _close(ckpt, writer, failed)
+    profile.close()
+    _close(run.ckpt, run.writer, failed)
   final["step"] = step
   return final
+
+
+def _train_step(run: _Run, step: int) -> dict[str, jax.Array]:
+  """One step from `step` (and the diagnostics due at it); returns its device metrics."""
+  host_batch = next(run.train_iter)
+  batch = sharding.global_batch(host_batch, run.mesh)
+  every = run.config.diagnostics_every_steps
+  diagnose = every and (step + 1) % every == 0
+  if every:
+    run.counts.add(host_batch)
+    if step == 0:  # the scales at initialisation, logged as step 0
+      run.writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
+          run.model, run.state.params, run.heldout, run.counts.frequency()))
+  old_params = jax.tree_util.tree_map(jnp.copy, run.state.params) if diagnose else None  # donated
+  run.state, metrics = run.built.train(run.state, batch, run.train_rng)
+  if diagnose:  # gradients at old_params with the step's dropout key
+    grads = run.built.grads(old_params, batch, jax.random.fold_in(run.train_rng, step))
+    run.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
+        run.model, old_params, run.state.params, grads, run.heldout, run.counts.frequency()))
+  return metrics
+
+
+def _log_and_save(run: _Run, step: int, window: MetricWindow, bar: tqdm,
+                  final: dict[str, Any]) -> None:
+  """The log line and the checkpoint due at `step` (a checkpoint also checks the window's
+  losses: none is saved past a non-finite one)."""
+  config, is_last = run.config, step == run.config.num_train_steps
+  log = step % config.log_every_steps == 0 or is_last
+  save = step % config.checkpoint_every_steps == 0 or is_last
+  if log or save:
+    summary = window.summary(step)
+    if log:
+      run.writer.write(step, "train", summary)
+      bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
+                      tok_s=f"{summary['tokens_per_sec']:.0f}")
+      final["train"] = summary
+  if save:
+    run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
+    run.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
+
+
+def _evaluate(run: _Run, step: int, final: dict[str, Any], window: MetricWindow) -> None:
+  """The evaluations due at `step`, after its checkpoint (a crash during a long decode loses
+  no training: the resumed run repeats them); their time is not training throughput."""
+  if evaluate.evaluations_due(step, run.config, run.model, run.state.params, run.built.eval,
+                              run.datasets, run.mesh, run.writer, final):
+    window.restart()
+
+
+def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, bad: int) -> None:
+  """Stops the run at step `bad`'s non-finite loss, keeping the last good checkpoint: the
+  params of step bad-1 gave it, so every checkpoint from there on is set aside."""
+  for s in ckpt.all_steps():
+    if s >= bad - 1:
+      ckpt.set_aside(s, "nonfinite")
+  good = max(ckpt.all_steps(), default=None)
+  resume = f"a restart resumes from step {good}" if good else "no checkpoint is left"
+  raise NonFiniteLossError(
+      f"Non-finite loss at step {bad}; training stopped, checkpoints from step {bad - 1} "
+      f"on were set aside as <step>.nonfinite and {resume}; lower learning_rate or set "
+      "grad_clip_norm.")
+
+
+class _Profile:
+  """jax.profiler's trace of config.profile_steps (START, COUNT) on process 0, into `directory`;
+  a run stopped inside the window keeps what was traced."""
+
+  def __init__(self, window: Optional[tuple[int, int]], directory: str, primary: bool):
+    self.window = window if primary else None
+    self.directory, self.active = directory, False
+
+  def step_begins(self, step: int) -> None:
+    if self.window and step == self.window[0]:
+      jax.profiler.start_trace(self.directory)
+      self.active = True
+
+  def step_ended(self, step: int, state: Any) -> None:
+    if self.active and step == self.window[0] + self.window[1]:
+      jax.block_until_ready(state)
+      self.close()
+      logging.info("Profiled steps %d-%d into %s.", self.window[0] + 1, step, self.directory)
+
+  def close(self) -> None:
+    if self.active:
+      jax.profiler.stop_trace()
+      self.active = False
 
 
 def _close(ckpt: checkpoint.Checkpointer, writer: MetricWriter, failed: bool) -> None:

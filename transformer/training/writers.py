@@ -1,4 +1,5 @@
-"""Metrics out: `metrics.jsonl` (one JSON object per line) and TensorBoard event files.
+"""Metrics out: `metrics.jsonl` (one JSON object per line) and TensorBoard event files; the
+window of train metrics between two log steps (`MetricWindow`).
 
 Only process 0 writes. TensorBoard files come from tensorboardX, so no TensorFlow is needed;
 `tensorboard --logdir WORKDIR` reads them.
@@ -12,12 +13,16 @@ import math
 import os
 import shutil
 import tempfile
-from typing import Any, Mapping, Optional, Sequence
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
 
 from absl import logging
 
 from transformer import storage
 from transformer.errors import RunError
+from transformer.training import losses, sharding
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -25,6 +30,48 @@ METRICS_FILE = "metrics.jsonl"
 def _number(v: Any) -> Optional[float]:
   v = float(v)
   return v if math.isfinite(v) else None  # JSON has no NaN; None marks a non-finite value
+
+
+class MetricWindow:
+  """The train metrics of the steps since the last log step: they stay on the device until
+  `summary`, which sums them on the host into the logged means, the window's worst step and
+  its throughput. A non-finite loss in it calls `on_nonfinite(step)` (which raises)."""
+
+  def __init__(self, on_nonfinite: Callable[[int], None]):
+    self._pending: list[Any] = []
+    self._on_nonfinite = on_nonfinite
+    self.restart()
+
+  def restart(self) -> None:
+    """Throughput counts from now (evaluations are not training time)."""
+    self._timer = time.perf_counter()
+
+  def add(self, metrics: Mapping[str, Any]) -> None:
+    self._pending.append(metrics)
+
+  def __len__(self) -> int:
+    return len(self._pending)
+
+  def summary(self, step: int) -> dict[str, float]:
+    """The window ending at `step`, summarized (and emptied)."""
+    fetched, self._pending = sharding.to_host(self._pending), []
+    for i, m in enumerate(fetched):
+      if not np.isfinite(m["loss_sum"]):
+        self._on_nonfinite(step - len(fetched) + i + 1)
+    elapsed = time.perf_counter() - self._timer
+    total = losses.LossOutput.total(fetched, dtype=np.float64)
+    out = {k: float(v) for k, v in losses.summarize(total).items() if k != "weight_sum"}
+    for k in ("learning_rate", "grad_norm", "param_norm"):
+      out[k] = float(fetched[-1][k])
+    # The worst single step of the window: loss and gradient-norm spikes show here even
+    # when the window's mean hides them.
+    out["loss_step_max"] = max(float(m["loss_sum"]) / max(float(m["weight_sum"]), 1.0)
+                               for m in fetched)
+    out["grad_norm_step_max"] = max(float(m["grad_norm"]) for m in fetched)
+    out["tokens_per_sec"] = float(total.weight_sum) / max(elapsed, 1e-9)
+    out["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
+    self.restart()
+    return out
 
 
 class MetricWriter:
