@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer import models
 from transformer.config import ModelConfig
 from transformer.models import DecoderOnly, Transformer, init_cache, shift_right
 
@@ -232,3 +233,22 @@ def test_post_ln_input_scale_acts_only_as_the_first_attention_temperature():
   out_plain = DecoderOnly(base.replace(embed_scale="none", posemb_scale=d ** -0.5)).apply(
       {"params": params}, ids)
   assert np.abs(np.asarray(out_paper) - np.asarray(out_plain)).max() > 1e-2
+
+
+@pytest.mark.parametrize("cls", [Transformer, DecoderOnly])
+def test_one_interface_serves_both_models(cls):
+  """init_params, encode, init_cache and decode_step: the callers never ask which model."""
+  model = cls(tiny(dropout_rate=0.0))
+  tokens = jnp.asarray([[3, 4, 5, 1]], jnp.int32)
+  batch = {"inputs": tokens, "targets": tokens}
+  params = models.init_params(model, jax.random.PRNGKey(0), batch)
+  want = model.init(jax.random.PRNGKey(0), *(batch[k] for k in model.batch_keys))["params"]
+  assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, params, want))
+  encoded = models.encode(model, params, tokens)
+  assert (encoded is not None) == model.has_encoder
+  cache = init_cache(model, params, batch=1, length=4, encoded=encoded, inputs=tokens)
+  logits, cache = models.decode_step(model, params, cache, jnp.zeros((1,), jnp.int32), encoded,
+                                     tokens)
+  # The first step of the cache is the first position of the full forward pass.
+  full = models.apply_model(model, params, batch)
+  np.testing.assert_allclose(logits, full[:, 0], rtol=1e-5, atol=1e-5)

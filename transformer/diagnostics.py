@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.attention import attention_logits
-from transformer.models import DecoderOnly, apply_model, shift_right
+from transformer.models import apply_model, shift_right
 from transformer.token_ids import PAD_ID
 
 Batch = Mapping[str, jax.Array]
@@ -251,7 +251,7 @@ def scale_diagnostics(model: nn.Module, params: Any, batch: Batch,
   decoder_tokens = shift_right(targets, batch.get("targets_segmentation"))
   buckets = None if token_frequency is None else frequency_buckets(token_frequency)
   out = {}
-  if not isinstance(model, DecoderOnly):
+  if model.has_encoder:
     inputs = batch["inputs"]
     out.update(_stack_diagnostics("encoder", inter["encoder"], inputs, inputs != PAD_ID, buckets,
                                   cfg.attn_logit_softcap))

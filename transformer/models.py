@@ -8,7 +8,7 @@ Packed batches pass `*_segmentation` (segment id per token, 0 = pad) and `*_posi
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 import flax.linen as nn
 import jax
@@ -92,6 +92,10 @@ class Transformer(nn.Module):
   """Encoder-decoder Transformer: apply(variables, inputs, targets) -> logits float[B, Lt, V]."""
 
   config: ModelConfig
+  # Batches of both models hold 'targets'; a model with an encoder also reads 'inputs' (its
+  # source). The functions below the classes are the one interface callers use for both.
+  has_encoder: ClassVar[bool] = True
+  batch_keys: ClassVar[tuple[str, ...]] = ("inputs", "targets")
 
   def setup(self):
     cfg = self.config
@@ -165,6 +169,8 @@ class DecoderOnly(nn.Module):
   """Language model: apply(variables, tokens) -> logits float[B, L, V], logits[:, t] predicting tokens[:, t]."""
 
   config: ModelConfig
+  has_encoder: ClassVar[bool] = False
+  batch_keys: ClassVar[tuple[str, ...]] = ("targets",)
 
   def setup(self):
     cfg = self.config
@@ -194,6 +200,35 @@ class DecoderOnly(nn.Module):
     return self.output_logits(hidden)
 
 
+def init_params(model: nn.Module, rng: jax.Array, batch: Mapping[str, jax.Array]) -> Any:
+  """Fresh params of either model; `batch` (int arrays [B, L] under `model.batch_keys`) only
+  fixes the shapes."""
+  return model.init(rng, *(batch[k] for k in model.batch_keys))["params"]
+
+
+def encode(model: nn.Module, params: Any, inputs: jax.Array) -> Optional[jax.Array]:
+  """The encoder's output float[B, Ls, d] of a source int[B, Ls]; None for a model without
+  an encoder (its prompt goes through the decoder instead)."""
+  if not model.has_encoder:
+    return None
+  return model.apply({"params": params}, inputs, method=Transformer.encode)
+
+
+def decode_step(model: nn.Module, params: Any, cache: Any, token: jax.Array,
+                encoded: Optional[jax.Array] = None,
+                inputs: Optional[jax.Array] = None) -> tuple[jax.Array, Any]:
+  """One decoding step through the cache: the previous token int[N] -> (logits float[N, V]
+  of the next position, the updated cache). `encoded` and `inputs` (the source) are those
+  of `encode`, for a model with an encoder."""
+  variables = {"params": params, "cache": cache}
+  if model.has_encoder:
+    logits, mutated = model.apply(variables, encoded, inputs, token[:, None], decode=True,
+                                  mutable=["cache"], method=Transformer.decode)
+  else:
+    logits, mutated = model.apply(variables, token[:, None], decode=True, mutable=["cache"])
+  return logits[:, 0], mutated["cache"]
+
+
 def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
                encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
   """The 'cache' collection for decoding up to `length` tokens of `batch` rows.
@@ -209,11 +244,11 @@ def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
     raise ConfigError(f"A cache of {length} positions exceeds the position table of "
                       f"max_len={model.config.max_len}; decode at most {model.config.max_len}.")
   targets = jnp.zeros((batch, length), jnp.int32)
-  if isinstance(model, DecoderOnly):
-    _, variables = model.apply({"params": params}, targets, decode=True, mutable=["cache"])
-  else:
+  if model.has_encoder:
     _, variables = model.apply({"params": params}, encoded, inputs, targets, decode=True,
                                mutable=["cache"], method=Transformer.decode)
+  else:
+    _, variables = model.apply({"params": params}, targets, decode=True, mutable=["cache"])
   return variables["cache"]
 
 
@@ -226,7 +261,7 @@ def apply_model(model: nn.Module, params: Any, batch: Mapping[str, jax.Array], *
   kwargs go to `apply` (e.g. mutable=[...], return_hidden=True); rng is the dropout key.
   """
   rngs = None if rng is None else {"dropout": rng}
-  if isinstance(model, DecoderOnly):
+  if not model.has_encoder:
     return model.apply({"params": params}, batch["targets"],
                        segmentation=batch.get("targets_segmentation"),
                        position=batch.get("targets_position"), deterministic=deterministic,

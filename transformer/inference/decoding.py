@@ -32,7 +32,8 @@ import jax.numpy as jnp
 
 from transformer.config import ModelConfig
 from transformer.errors import ConfigError
-from transformer.models import DecoderOnly, Transformer, init_cache
+from transformer import models
+from transformer.models import init_cache
 from transformer.token_ids import EOS_ID, PAD_ID
 
 METHODS = ("greedy", "sample", "beam")
@@ -89,15 +90,9 @@ def _step_fn(model: nn.Module, params: Any, encoded: Optional[jax.Array],
   """step(cache, token int[N]) -> (logits float32[N, V] of the next position, cache)."""
 
   def step(cache, token):
-    variables = {"params": params, "cache": cache}
-    if isinstance(model, DecoderOnly):
-      logits, mutated = model.apply(variables, token[:, None], decode=True, mutable=["cache"])
-    else:
-      logits, mutated = model.apply(variables, encoded, inputs, token[:, None], decode=True,
-                                    mutable=["cache"], method=Transformer.decode)
+    logits, cache = models.decode_step(model, params, cache, token, encoded, inputs)
     # Never choose PAD (as fairseq): downstream a 0 means "nothing here".
-    logits = logits[:, 0].astype(jnp.float32).at[:, PAD_ID].set(_NEG_INF)
-    return logits, mutated["cache"]
+    return logits.astype(jnp.float32).at[:, PAD_ID].set(_NEG_INF), cache
 
   return step
 
@@ -110,11 +105,11 @@ def _num_tokens(tokens: jax.Array) -> jax.Array:
 def _prepare(model: nn.Module, params: Any, inputs: jax.Array, copies: int, num_steps: int):
   """(step, cache, prefix int[B, P], prefix_len int[B]) for B rows, each repeated `copies` times."""
   batch = inputs.shape[0]
-  if isinstance(model, DecoderOnly):
+  if not model.has_encoder:  # the prompt is the output's prefix
     step = _step_fn(model, params, None, None)
     return (step, init_cache(model, params, batch=batch * copies, length=num_steps), inputs,
             _num_tokens(inputs))
-  encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+  encoded = models.encode(model, params, inputs)  # a source: the output starts empty
   # Beams of a row share its source: repeat it once per beam, [B, ...] -> [B * copies, ...].
   encoded, rep_inputs = (jnp.repeat(x, copies, axis=0) for x in (encoded, inputs))
   step = _step_fn(model, params, encoded, rep_inputs)
@@ -326,7 +321,7 @@ def decode(model: nn.Module, params: Any, inputs: Any, config: DecodeConfig = De
   if inputs.ndim != 2:
     raise ValueError(f"decode needs inputs int[batch, length], got shape {inputs.shape}.")
   length = inputs.shape[1]
-  if isinstance(model, DecoderOnly):
+  if not model.has_encoder:  # a prompt, continued in the same max_len
     if length >= cfg.max_len:
       raise ConfigError(f"Prompts of {length} tokens leave no room in max_len={cfg.max_len}; "
                        f"truncate them to at most {cfg.max_len - 1} tokens.")
@@ -341,7 +336,7 @@ def decode(model: nn.Module, params: Any, inputs: Any, config: DecodeConfig = De
   if out_limit is None:
     count = _num_tokens(inputs)
     out_limit = count + config.extra_len
-    if not isinstance(model, DecoderOnly):  # an empty source (e.g. a padding row): no output
+    if model.has_encoder:  # an empty source (e.g. a padding row): no output
       out_limit = jnp.where(count > 0, out_limit, 0)
   limit = jnp.minimum(jnp.asarray(out_limit, jnp.int32), room)
   rng = jax.random.PRNGKey(0) if rng is None else rng

@@ -19,7 +19,7 @@ from transformer import checkpoint
 from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import ConfigError, MissingFileError, RunError, one_line
-from transformer.models import DecoderOnly, model_for
+from transformer.models import model_for
 
 
 class InferenceError(ConfigError):
@@ -39,7 +39,7 @@ class Loaded:
 
   @property
   def is_lm(self) -> bool:
-    return isinstance(self.model, DecoderOnly)
+    return not self.model.has_encoder
 
 
 def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:

@@ -93,8 +93,8 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
 
   vocab = config.model.vocab_size or 32000
   cfg = experiment.model_config(config, vocab_size=vocab)
-  decoder_only = config.model_type == "lm"
   model = experiment.build_model(config, cfg)
+  decoder_only = not model.has_encoder
   mesh = sharding.make_mesh(jax.local_devices(), config.get("fsdp", 1))
   built = steps_lib.build_steps(config, model, mesh)
   B, L = config.batch_size, config.max_len

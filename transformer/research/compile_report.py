@@ -156,13 +156,9 @@ def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
   return found
 
 
-def _input_keys(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-  return ("targets",) if config.model_type == "lm" else ("inputs", "targets")
-
-
 def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]) -> tuple:
-  """(compiled step, ModelConfig, abstract state, mesh): the train step of `config` compiled
-  for `devices` (attached or not), as training builds it."""
+  """(compiled step, model, abstract state, mesh): the train step of `config` compiled for
+  `devices` (attached or not), as training builds it."""
   cfg = experiment.model_config(config, config.model.vocab_size or 32000)
   model = experiment.build_model(config, cfg)
   mesh = sharding.make_mesh(devices, config.fsdp)
@@ -173,16 +169,17 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]
       jax.eval_shape(built.init, jax.random.PRNGKey(0)), built.state_shardings)
   batch = {k: jax.ShapeDtypeStruct((config.batch_size, config.max_len), jnp.int32,
                                    sharding=sharding.batch_sharding(mesh))
-           for k in _input_keys(config)}
+           for k in model.batch_keys}
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(mesh))
-  return built.train.lower(state, batch, rng).compile(), cfg, state, mesh
+  return built.train.lower(state, batch, rng).compile(), model, state, mesh
 
 
 def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, Any]:
   """The report of the module docstring for `config` on `target` (see `target_devices`)."""
   experiment.validate(config)
   devices, chip = target_devices(target)
-  compiled, cfg, state, mesh = compile_train_step(config, devices)
+  compiled, model, state, mesh = compile_train_step(config, devices)
+  cfg = model.config
   n = len(devices)
   memory = compiled.memory_analysis()
   mem = {"arguments": memory.argument_size_in_bytes, "outputs": memory.output_size_in_bytes,
@@ -195,7 +192,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
   xla_flops = float(cost["flops"]) if "flops" in cost else None
   bytes_accessed = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
   analytic = train_flops_per_step(cfg, config.batch_size, config.max_len, config.max_len,
-                                  decoder_only=config.model_type == "lm") / n
+                                  decoder_only=not model.has_encoder) / n
   comms = collectives(compiled.as_text())
   comm_bytes = sum(c["bytes"] for c in comms.values())
   times = {"compute": (xla_flops or analytic) / chip.bf16_flops,
@@ -207,7 +204,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
       "target": target, "chip": chip.name, "devices": n, "device_kind": devices[0].device_kind,
       "mesh": dict(mesh.shape),
       "batch_size": config.batch_size, "max_len": config.max_len,
-      "tokens_per_step": config.batch_size * config.max_len * len(_input_keys(config)),
+      "tokens_per_step": config.batch_size * config.max_len * len(model.batch_keys),
       "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
       "params": int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(state.params))),
       "memory_bytes": mem, "state_bytes_per_device": state_bytes,

@@ -123,7 +123,7 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   state = built.init(init_rng)
 
   resolved["summary"] = model_summary.summarize(state.params, model_config, config.max_len,
-                                                decoder_only=config.model_type == "lm")
+                                                decoder_only=not model.has_encoder)
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))

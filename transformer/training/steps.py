@@ -22,7 +22,8 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from transformer.models import DecoderOnly, apply_model
+from transformer import models
+from transformer.models import apply_model
 from transformer.training import losses, optimizers, sharding
 from transformer.training.state import TrainState
 
@@ -32,10 +33,7 @@ Batch = dict[str, jax.Array]
 def init_state(model: nn.Module, tx: optax.GradientTransformation, rng: jax.Array,
                batch: Batch) -> TrainState:
   """Fresh params and optimizer state; `batch` only fixes shapes (any int arrays [B, L])."""
-  if isinstance(model, DecoderOnly):
-    params = model.init(rng, batch["targets"])["params"]
-  else:
-    params = model.init(rng, batch["inputs"], batch["targets"])["params"]
+  params = models.init_params(model, rng, batch)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
