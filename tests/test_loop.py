@@ -2,6 +2,7 @@
 full disk, bugs that keep their traceback, and the mistakes a user can make."""
 
 import errno
+import io
 import logging
 import os
 import re
@@ -334,3 +335,29 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   assert loop.train_and_evaluate(config, workdir)["step"] == 6
   identity = checkpoint.read_config(workdir)[workdir_checks.IDENTITY_KEY]  # now the run's own
   assert identity["data_files"][str(book)] == corpus_files.content_fingerprint(str(book))
+
+
+def test_log_lines_are_printed_above_the_progress_bar_not_on_its_row():
+  from absl import flags
+  from absl import logging as absl_logging
+  from tqdm import tqdm
+  handler = absl_logging.get_absl_handler().python_handler
+  saved, out, parsed = handler.stream, io.StringIO(), flags.FLAGS.is_parsed()
+  handler.setStream(out)
+  flags.FLAGS.mark_as_parsed()  # as in a script: before it, absl writes to stderr directly
+  try:
+    bar = tqdm(total=3, file=out, desc="train", ascii=True)
+    with loop._logs_above_the_bar():
+      bar.update(1)
+      handler.handle(logging.LogRecord("absl", logging.WARNING, __file__, 1, "a line of the log",
+                                       None, None))  # what absl's handler gets in a script
+      bar.update(1)
+    bar.close()
+  finally:
+    handler.setStream(saved)
+    if not parsed:
+      flags.FLAGS.unparse_flags()
+  text = out.getvalue()
+  # The bar's row is cleared (a carriage return), the whole line is printed, the bar is drawn
+  # again below it.
+  assert re.search(r"\r *\rW\d{4} [^\r\n]*\] a line of the log\n\rtrain: ", text), repr(text)

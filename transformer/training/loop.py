@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -165,38 +165,62 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   profile = _Profile(experiment.profile_window(config), storage.join(workdir, PROFILE_DIR),
                      run.primary)
   step, failed = run.start_step, True
+  with _logs_above_the_bar():
+    try:
+      if step:  # the checkpoint's step may have stopped before or inside its evaluations
+        _evaluate(run, step, final, window)
+        if step == num_steps:  # nothing left to train: the last window's training metrics
+          last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
+          final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
+              if last else {}
+      while step < num_steps:
+        if signals.should_stop(step):  # every process asks at every step: they stop together
+          break
+        profile.step_begins(step)
+        window.add(_train_step(run, step))
+        if step == run.start_step:
+          bar.unpause()  # the first step compiles: the rate and ETA count from after it
+        step += 1
+        bar.update(1)
+        profile.step_ended(step, run.state)
+        _log_and_save(run, step, window, bar, final)
+        _evaluate(run, step, final, window)
+      if step < num_steps:  # stopped by a signal: save where we are, return cleanly
+        if window:
+          window.summary(step)  # a non-finite loss in it sets the checkpoints aside instead
+        run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
+        logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
+                        "continue.", signals.stopped_by, step, workdir)
+        final["preempted_at"] = step
+        final["stopped_by"] = signals.stopped_by
+      failed = False
+    finally:
+      bar.close()
+      profile.close()
+      _close(run.ckpt, run.writer, failed)
+    final["step"] = step
+    return final
+
+
+@contextlib.contextmanager
+def _logs_above_the_bar() -> Iterator[None]:
+  """While the progress bar shows, absl's log lines go through tqdm.write: each is printed
+  above the bar, which is drawn again below it, instead of both sharing a row of stderr."""
+  handler = logging.get_absl_handler().python_handler
+  stream = handler.stream
+
+  class AboveTheBar:
+    def write(self, text: str) -> None:
+      tqdm.write(text, file=stream, end="")
+
+    def flush(self) -> None:
+      stream.flush()
+
+  handler.setStream(AboveTheBar())
   try:
-    if step:  # the checkpoint's step may have stopped before or inside its evaluations
-      _evaluate(run, step, final, window)
-      if step == num_steps:  # nothing left to train: the last window's training metrics
-        last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
-        final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
-            if last else {}
-    while step < num_steps:
-      if signals.should_stop(step):  # every process asks at every step: they stop together
-        break
-      profile.step_begins(step)
-      window.add(_train_step(run, step))
-      step += 1
-      bar.update(1)
-      profile.step_ended(step, run.state)
-      _log_and_save(run, step, window, bar, final)
-      _evaluate(run, step, final, window)
-    if step < num_steps:  # stopped by a signal: save where we are, return cleanly
-      if window:
-        window.summary(step)  # a non-finite loss in it sets the checkpoints aside instead
-      run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
-      logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
-                      "continue.", signals.stopped_by, step, workdir)
-      final["preempted_at"] = step
-      final["stopped_by"] = signals.stopped_by
-    failed = False
+    yield
   finally:
-    bar.close()
-    profile.close()
-    _close(run.ckpt, run.writer, failed)
-  final["step"] = step
-  return final
+    handler.setStream(stream)
 
 
 def _train_step(run: _Run, step: int) -> dict[str, jax.Array]:
