@@ -361,3 +361,20 @@ def test_log_lines_are_printed_above_the_progress_bar_not_on_its_row():
   # The bar's row is cleared (a carriage return), the whole line is printed, the bar is drawn
   # again below it.
   assert re.search(r"\r *\rW\d{4} [^\r\n]*\] a line of the log\n\rtrain: ", text), repr(text)
+
+
+def test_the_rate_and_eta_count_from_after_the_first_compiling_step(five_steps, tiny_config,
+                                                                     tmp_path, monkeypatch):
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  paused_at = []
+
+  class Bar(loop.tqdm):
+    def unpause(self):
+      paused_at.append(self.n)  # the steps counted when the clock restarts
+      super().unpause()
+
+  monkeypatch.setattr(loop, "tqdm", Bar)
+  tiny_config.num_train_steps = 7
+  assert loop.train_and_evaluate(tiny_config, str(workdir))["step"] == 7
+  assert paused_at == [5]  # once: after the resumed run's first (compiling) step, before its count
