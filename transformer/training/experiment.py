@@ -185,7 +185,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
                       "(1 = all-data).")
   profile_window(config)
-  optimizers.make_optimizer(config)  # the optimizer fields and the schedule
+  optimizers.learning_rate_fn(config)  # the optimizer fields and the schedule
   # The model's own checks, with a stand-in vocabulary (the data's comes later).
   model = model_config(config, config.model.vocab_size or NUM_RESERVED + 1)
   if model.dtype == "float16":

@@ -18,7 +18,7 @@ batch_size, whatever grad_accum_steps is (it only trades memory for time).
 """
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import ml_collections
@@ -71,8 +71,10 @@ def _check_fields(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
 
 
-def _update_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
-  """The schedule as a function of the optimizer-update count."""
+def learning_rate_fn(config: ml_collections.ConfigDict) -> optax.Schedule:
+  """The schedule, after checking the optimizer fields: optimizer updates made so far -> the
+  learning rate of the next update (what the optimizer steps with and training logs)."""
+  _check_fields(config)
   return schedules.make_schedule(
       config.schedule,
       learning_rate=config.learning_rate,
@@ -80,25 +82,20 @@ def _update_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
       total_steps=config.num_train_steps)
 
 
-def learning_rate_fn(config: ml_collections.ConfigDict) -> optax.Schedule:
-  """For logging: optimizer updates made so far -> the learning rate of the next update."""
-  _check_fields(config)
-  return _update_schedule(config)
-
-
 def _decay_mask(params: Any) -> Any:
   # Decay matrices and embeddings, not biases or norm scales (the usual AdamW practice).
   return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """The optimizer for `config` (fields in the module docstring).
+def make_optimizer(config: ml_collections.ConfigDict,
+                   schedule: Optional[optax.Schedule] = None) -> optax.GradientTransformation:
+  """The optimizer for `config` (fields in the module docstring), on `schedule` when the
+  caller has built it (`learning_rate_fn`: one schedule for the updates and the logs).
 
   Order: [clip_by_global_norm] -> optimizer. Gradient accumulation happens before, in the
   train step, so clipping and the update see the gradient of the whole batch.
   """
-  _check_fields(config)
-  lr = _update_schedule(config)
+  lr = learning_rate_fn(config) if schedule is None else schedule
   name = config.optimizer
   if name == "adam":
     opt = optax.adam(lr, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)

@@ -220,8 +220,8 @@ def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh)
   optimizer state are laid out by `sharding.tree_shardings` (replicated on an all-data mesh,
   split over the fsdp axis otherwise); the state is donated to the train step.
   """
-  tx = optimizers.make_optimizer(config)
   lr_fn = optimizers.learning_rate_fn(config)
+  tx = optimizers.make_optimizer(config, lr_fn)  # the same schedule updates and is logged
   loss = dict(label_smoothing=config.label_smoothing, z_loss=config.z_loss)
   # Any [1, max_len] rows fix the param shapes (a decoder-only model reads only 'targets').
   rows = {k: jnp.ones((1, config.max_len), jnp.int32) for k in ("inputs", "targets")}
