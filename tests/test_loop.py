@@ -28,7 +28,7 @@ def _losses(workdir):
   return [r["loss"] for r in writers.read_metrics(str(workdir), "train")]
 
 
-def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog):
+def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog, monkeypatch):
   workdir = tmp_path / "w"
   loop.train_and_evaluate(tiny_config, str(workdir))  # checkpoints at 5 and 10
   damaged = workdir / "checkpoints" / "10"
@@ -36,9 +36,19 @@ def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog):
     if f.is_file() and f.stat().st_size > 1000:
       f.write_bytes(b"garbage" * 10)
   tiny_config.num_train_steps = 12
+  paused_at = []
+
+  class Bar(loop.tqdm):  # the progress bar's clock
+    def unpause(self):
+      paused_at.append(self.n)
+      super().unpause()
+
+  monkeypatch.setattr(loop, "tqdm", Bar)
   with caplog.at_level(logging.WARNING):
     final = loop.train_and_evaluate(tiny_config, str(workdir))
   assert final["step"] == 12
+  # The rate and ETA count from after the resumed run's first (compiling) step, restarted once.
+  assert paused_at == [5]
   assert any(str(damaged) in r.getMessage() for r in caplog.records)
   steps = [r["step"] for r in writers.read_metrics(str(workdir), "train")]
   assert steps == list(range(1, 13))  # resumed from 5: steps 6..12 re-run, logged once
@@ -361,20 +371,3 @@ def test_log_lines_are_printed_above_the_progress_bar_not_on_its_row():
   # The bar's row is cleared (a carriage return), the whole line is printed, the bar is drawn
   # again below it.
   assert re.search(r"\r *\rW\d{4} [^\r\n]*\] a line of the log\n\rtrain: ", text), repr(text)
-
-
-def test_the_rate_and_eta_count_from_after_the_first_compiling_step(five_steps, tiny_config,
-                                                                     tmp_path, monkeypatch):
-  workdir = tmp_path / "w"
-  shutil.copytree(five_steps, workdir)
-  paused_at = []
-
-  class Bar(loop.tqdm):
-    def unpause(self):
-      paused_at.append(self.n)  # the steps counted when the clock restarts
-      super().unpause()
-
-  monkeypatch.setattr(loop, "tqdm", Bar)
-  tiny_config.num_train_steps = 7
-  assert loop.train_and_evaluate(tiny_config, str(workdir))["step"] == 7
-  assert paused_at == [5]  # once: after the resumed run's first (compiling) step, before its count
