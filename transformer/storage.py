@@ -34,7 +34,8 @@ def as_path(path: PathLike) -> epath.Path:
 
 
 def join(path: PathLike, *names: str) -> str:
-  """`path`/names as a string (os.path.join would not keep the two slashes of gs://)."""
+  """`path`/names as a string, a local path or a gs:// one alike (what the writers, the
+  checks and the reports name their files with)."""
   return os.fspath(as_path(path).joinpath(*names)) if names else os.fspath(path)
 
 
