@@ -117,3 +117,25 @@ def test_a_gs_workdir_trains_is_killed_resumes_and_serves_every_reader(gcs, tfds
   plots = storage.as_path(storage.join(workdir, "plots"))
   assert {"analysis.json", "analysis.md", *analysed["plots"]} <= {p.name for p in plots.iterdir()}
   assert list(cwd.iterdir()) == []  # nothing landed in a local "gs:" directory
+
+
+def test_data_files_in_a_bucket_are_found_read_and_fingerprinted_as_local_ones(gcs, tmp_path):
+  from transformer.data import corpus_files
+  texts = {"a.txt": "first line\n\nsecond paragraph\n", "b.txt": "other text\n"}
+  root = f"gs://{gcs}/corpus-{os.getpid()}"
+  for name, text in texts.items():
+    storage.write_atomically(storage.join(root, name), text)
+    (tmp_path / name).write_text(text)
+  storage.write_atomically(storage.join(root, ".hidden"), "x")
+  want = [f"{root}/a.txt", f"{root}/b.txt"]
+  assert corpus_files.resolve_files(f"{root}/*.txt") == want  # a glob
+  assert corpus_files.resolve_files(root) == want  # a directory: its files, not the dot file
+  assert corpus_files.resolve_files(f"{root}/b.txt,{root}/a.txt") == want[::-1]  # a list
+  with pytest.raises(FileNotFoundError, match="No file matches"):
+    corpus_files.resolve_files(f"{root}/*.md")
+  for name in texts:  # the content's fingerprint, wherever the file is
+    assert corpus_files.content_fingerprint(f"{root}/{name}") == \
+        corpus_files.content_fingerprint(str(tmp_path / name))
+  assert corpus_files.documents(f"{root}/a.txt", "paragraph") == \
+      [("first line", f"{root}/a.txt:1"), ("second paragraph", f"{root}/a.txt:3")]
+  assert corpus_files.fingerprint(want) != corpus_files.fingerprint(want[:1])

@@ -15,6 +15,7 @@ What differs on an object store, decided here once:
 from __future__ import annotations
 
 import contextlib
+import glob as globlib
 import os
 from typing import Union
 
@@ -37,6 +38,29 @@ def join(path: PathLike, *names: str) -> str:
   """`path`/names as a string, a local path or a gs:// one alike (what the writers, the
   checks and the reports name their files with)."""
   return os.fspath(as_path(path).joinpath(*names)) if names else os.fspath(path)
+
+
+def glob_files(pattern: PathLike) -> list[str]:
+  """The files (not directories) a glob pattern matches, sorted; `~` expanded locally. On an
+  object store the pattern's wildcards may sit in any part after the bucket."""
+  pattern = os.fspath(pattern)
+  if is_local(pattern):
+    return sorted(p for p in globlib.glob(os.path.expanduser(pattern)) if os.path.isfile(p))
+  parts = pattern.split("/")
+  fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
+  base = as_path("/".join(parts[:fixed]))
+  if fixed == len(parts):  # no wildcard: the file itself, if it is one
+    return [pattern] if base.is_file() else []
+  return sorted(os.fspath(p) for p in base.glob("/".join(parts[fixed:])) if p.is_file())
+
+
+def size_and_mtime(path: PathLike) -> tuple[int, int]:
+  """(bytes, modification time in ns) of a file; an object store gives whole seconds."""
+  if is_local(path):
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+  st = as_path(path).stat()
+  return int(st.length), int(st.mtime) * 10 ** 9
 
 
 def write_atomically(path: PathLike, data: str | bytes) -> None:

@@ -8,7 +8,6 @@ with a warning naming the file and its first such line.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 from typing import Any, Callable, Sequence
@@ -23,7 +22,8 @@ TEXT_SPLITS = ("paragraph", "line")
 
 
 def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files") -> list[str]:
-  """Files of comma-separated paths, globs or directories (all their files), in order.
+  """Files of comma-separated paths, globs or directories (all their files), in order; local
+  or gs:// (transformer/storage.py).
 
   Raises FileNotFoundError naming the pattern when nothing matches, ValueError for an empty file.
   """
@@ -35,15 +35,15 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
   for item in (i.strip() for i in items):
     if not item:
       continue
-    path = os.path.expanduser(item)
-    if os.path.isdir(path):
-      found = sorted(p for p in glob.glob(os.path.join(path, "*"))
-                     if os.path.isfile(p) and not os.path.basename(p).startswith("."))
+    path = os.path.expanduser(item) if storage.is_local(item) else item
+    if storage.as_path(path).is_dir():
+      found = [p for p in storage.glob_files(storage.join(path, "*"))
+               if not os.path.basename(p).startswith(".")]
       if not found:
         raise MissingFileError(f"Directory {item} (config.{field}) holds no files; put text "
                                 f"files in it or pass a glob like '{item.rstrip('/')}/*.txt'.")
     else:
-      found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+      found = storage.glob_files(path)
       if not found:
         raise MissingFileError(f"No file matches {item!r} (config.{field}); check the path, "
                                 "or pass an existing file or a glob like 'corpus/*.txt'.")
@@ -52,7 +52,7 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
     raise ConfigError(f"config.{field}={patterns!r} names no file; pass --config.{field}=FILE, a "
                       "glob like 'corpus/*.txt', or a comma-separated list.")
   for f in files:
-    if os.path.getsize(f) == 0:
+    if storage.size_and_mtime(f)[0] == 0:
       raise ConfigError(f"File {f} (config.{field}) is empty; add text to it or leave it out of "
                        f"config.{field}.")
   return files
@@ -183,9 +183,9 @@ def content_fingerprint(path: str) -> str:
   replaced by other text or grown or cut changes it (an edit that keeps the size, deep inside
   a file larger than 2 MiB, is not seen).
   """
-  size = os.path.getsize(path)
+  size = storage.size_and_mtime(path)[0]
   h = hashlib.sha1()
-  with open(path, "rb") as f:
+  with storage.as_path(path).open("rb") as f:
     h.update(f.read(_EDGE_BYTES))
     if size > _EDGE_BYTES:
       f.seek(max(_EDGE_BYTES, size - _EDGE_BYTES))
@@ -197,6 +197,7 @@ def fingerprint(files: Sequence[str], **options: Any) -> str:
   """A short hash of the files' paths, sizes and mtimes and the options: a changed file rebuilds."""
   h = hashlib.sha1(repr(sorted(options.items())).encode())
   for f in files:
-    st = os.stat(f)
-    h.update(f"{os.path.abspath(f)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    size, mtime_ns = storage.size_and_mtime(f)
+    name = os.path.abspath(f) if storage.is_local(f) else f
+    h.update(f"{name}\0{size}\0{mtime_ns}\0".encode())
   return h.hexdigest()[:16]
