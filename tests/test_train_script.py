@@ -29,20 +29,17 @@ def _params(workdir):
 
 def _wait_for_step(workdir, step, proc, timeout=120):
   """Waits until this run has logged `step` (a complete line of metrics.jsonl says so). Lines
-  an earlier, killed run left past its checkpoint do not count: the rerun first rewrites the
-  file back to its checkpoint, so the last step must be seen below `step` before it counts."""
+  an earlier, killed run left do not count: a rerun first writes the file anew (a new file
+  replaces it, after its signal handlers are set), so only lines of the new file count."""
   path = os.path.join(workdir, writers.METRICS_FILE)
-  start, seen_below = time.time(), False
+  before = os.stat(path).st_ino if os.path.exists(path) else None
+  start = time.time()
   while time.time() - start < timeout and proc.poll() is None:
-    last = 0
-    if os.path.exists(path):
+    if os.path.exists(path) and os.stat(path).st_ino != before:
       with open(path) as f:
         lines = f.read().split("\n")[:-1]  # the last piece may be a line being written
-      last = json.loads(lines[-1])["step"] if lines else 0
-    if last < step:
-      seen_below = True
-    elif seen_below:
-      return
+      if lines and json.loads(lines[-1])["step"] >= step:
+        return
     time.sleep(0.02)
   raise AssertionError(f"the run did not reach step {step}: {proc.poll()}")
 
