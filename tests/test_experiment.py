@@ -84,6 +84,7 @@ def test_configs_build_their_models(name):
     ("fsdp", 0, "fsdp=0 must be -1 (every device) or an integer >= 1"),
     ("model.dtype", "float16", "model.dtype='float16' needs loss scaling"),
     ("seed", -1, "seed=-1 must be an integer in [0, 2**32)"),  # not grain's traceback
+    ("split_seed", -1, "split_seed=-1 must be None (the run's seed) or an integer"),
     ("model.vocab_size", 1, "model.vocab_size=1 leaves no room for tokens beside the 3 "
                             "reserved ids"),
 ])

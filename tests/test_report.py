@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from test_grid import tiny_sweep
+from test_grid import REPO, tiny_sweep
 from test_stats import fake_result
 from transformer.research import sweeps
 
@@ -132,7 +132,7 @@ def test_also_report_gives_a_second_metric_at_the_same_choices_with_its_own_diff
 def test_a_tuned_sweeps_fit_reads_each_arm_at_its_chosen_rate(tmp_path):
   """Head dims 8 and 16, each best at another rate: the fit joins the chosen points (y = x
   there, slope 1) and never the others (y = 100 there)."""
-  from test_grid import tiny_sweep
+  from test_grid import REPO, tiny_sweep
   sweep = tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1), metrics=("v",),
                      curves=(), tune={"learning_rate": [1e-3, 2e-3, 4e-3]}, select="eval/loss",
                      report="test/loss", fits=({"x": "model.head_dim", "y": "v"},))
@@ -152,3 +152,55 @@ def test_a_tuned_sweeps_fit_reads_each_arm_at_its_chosen_rate(tmp_path):
   mean, std, n = summary["fits"]["v vs model.head_dim"]["all"]
   assert n == 2 and mean == pytest.approx(1.0) and std == pytest.approx(0.0, abs=1e-9)
   assert "per seed, each arm at its chosen learning_rate" in (tmp_path / "results.md").read_text()
+
+
+def test_a_tuned_sweep_reports_learning_rate_sensitivity_with_paired_differences(tmp_path):
+  from test_tuning import result, tuned_sweep
+  sweep = tuned_sweep(metrics=("eval/loss",), curves=(), sensitivity_cap=4.15,
+                      arm_names=("paper", "none"))
+  # paper: flat (1.0 above its best at the far rates); none: 2.0 above, seed by seed + 0.1 * seed
+  for seed in (0, 1, 2):
+    for lr in (1e-3, 2e-3, 4e-3):
+      far = abs(math.log2(lr / 2e-3))
+      for r in (result("sqrt_d", lr, seed, 2.0 + far), result("none", lr, seed,
+                                                               2.0 + far * (2.0 + 0.1 * seed))):
+        os.makedirs(tmp_path / "points" / r["name"])
+        (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  sweeps.aggregate(sweep, str(tmp_path), command="CMD")
+  text = (tmp_path / "results.md").read_text()
+  assert "## Learning-rate sensitivity over learning_rate 0.001, 0.002, 0.004" in text
+  assert "| paper | 0.667 ± 0.000 | 3 |" in text  # (1 + 0 + 1) / 3
+  # none - paper = (2 (2 + 0.1 s) - 2) / 3, but seed 2's far losses, 4.2, count as the cap
+  diffs = [(2 * 2.0 - 2) / 3, (2 * 2.1 - 2) / 3, (2 * 2.15 - 2) / 3]
+  mean, low, high = sweeps.tuning.t_interval(diffs)
+  assert f"| none | paper | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 | higher |" in text
+
+
+def _committed_sweeps():
+  root = os.path.join(REPO, "docs", "sweeps")
+  return sorted(d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "results.md")))
+
+
+@pytest.mark.parametrize("name", _committed_sweeps())
+def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh_seeds(
+    name, tmp_path, monkeypatch):
+  """docs/sweeps/NAME/results.md is what --aggregate_only makes from the committed result.json
+  files (its tables; the plots are not redrawn here). The sweeps of issue 32 (m*) report every
+  figure on seeds that did not choose its rate."""
+  from transformer.research.sweeps import report
+  committed = os.path.join(REPO, "docs", "sweeps", name)
+  monkeypatch.setattr(report, "curve_plots", lambda *a: [])
+  monkeypatch.setattr(report, "tuning_plot", lambda *a: "")
+  monkeypatch.setattr(report, "fit_plot", lambda *a: "")
+  os.symlink(os.path.join(committed, "points"), tmp_path / "points")
+  sweep = sweeps.load_sweep(os.path.join(REPO, "configs", "sweeps", f"{name}.py"))
+  command = f"python scripts/sweep.py --config=configs/sweeps/{name}.py --workdir=WORKDIR"
+  summary = sweeps.aggregate(sweep, str(tmp_path), command=command)
+  tables = lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("![")).rstrip()  # noqa: E731
+  with open(os.path.join(committed, "results.md")) as f:
+    assert tables((tmp_path / "results.md").read_text()) == tables(f.read())
+  if name.startswith("m"):
+    assert sweep.fresh_report and len(sweep.confirm_seeds) >= 3
+    for best in summary["bests"]:
+      assert set(best.report_by_seed) <= set(sweep.confirm_seeds)
+      assert not set(best.report_by_seed) & set(sweep.seeds)

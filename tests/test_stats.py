@@ -94,3 +94,16 @@ def test_ordered_groups_keep_a_groups_first_place_in_the_grid():
   points += [Point((("model.head_dim", 8),), 3)]  # a confirming seed of the first group
   results = [fake_result(h, s, {}) for h, s in ((16, 0), (8, 3), (8, 0))]
   assert list(stats.ordered_groups(points, results)) == ["head_dim=8", "head_dim=16"]
+
+
+def test_curve_values_reduce_the_matching_series_at_their_common_steps():
+  from transformer.research.sweeps.stats import curve_pattern, curve_values
+  curves = {"d/layer_0/head_0/v": [[0, 1.0], [50, 4.0], [100, 9.0]],
+            "d/layer_0/head_1/v": [[0, 3.0], [50, 2.0]],  # no step 100: left out of the mean
+            "d/layer_1/head_0/v": [[0, 100.0], [50, 100.0]]}
+  assert curve_values(curves, "d/layer_0/head_0/v") == {0: 1.0, 50: 4.0, 100: 9.0}
+  assert curve_values(curves, "mean:d/layer_0/head_*/v") == {0: 2.0, 50: 3.0}
+  assert curve_values(curves, "d/layer_0/head_*/v") == {0: 2.0, 50: 3.0}  # mean by default
+  assert curve_values(curves, "max:d/layer_0/head_*/v") == {0: 3.0, 50: 4.0}
+  assert curve_values(curves, "d/layer_9/*") == {}
+  assert curve_pattern("max:d/layer_0/head_*/v") == "d/layer_0/head_*/v"

@@ -193,3 +193,17 @@ def test_packed_text_lm_resumes_exactly_and_reuses_its_tokenizer(tmp_path):
   assert model.read_bytes() == (straight / "tokenizer.model").read_bytes()
   losses = [[r["loss"] for r in writers.read_metrics(str(w), "train")] for w in (straight, resumed)]
   assert losses[0] == losses[1] and len(losses[0]) == 6
+
+
+def test_split_seed_holds_the_held_out_splits_still_while_the_seed_changes(corpus):
+  files = str(corpus / "books" / "*.txt")
+
+  def held_out(**overrides):
+    splits = text.open_splits(_config("lm", corpus, dataset="text_files", data_files=files,
+                                      test_fraction=0.1, **overrides))
+    return [sorted(ex["text"] for ex in split) for split in (splits.eval, splits.test)]
+
+  fixed = held_out(seed=0, split_seed=7)
+  assert held_out(seed=1, split_seed=7) == fixed  # another seed, the same text held out
+  assert held_out(seed=7) == fixed  # split_seed is the seed the split would have had
+  assert held_out(seed=0) != held_out(seed=1)  # unset: the run's seed draws the split

@@ -333,3 +333,52 @@ def test_at_chosen_values_keeps_each_arm_at_its_own_best_rate_without_the_rate()
       ("none", 0), ("none", 1), ("none", 2), ("sqrt_d", 0), ("sqrt_d", 1), ("sqrt_d", 2)]
   assert all(LR not in r["overrides"] for r in kept)
   assert {r["name"].split(",")[1] for r in kept} == {"learning_rate=0.002", "learning_rate=0.004"}
+
+
+def test_fresh_report_uses_only_seeds_that_did_not_choose_the_value():
+  sweep = tuned_sweep(confirm_seeds=(3, 4, 5), fresh_report=True)
+  # The choosing seeds' test figures are poisoned: a report that read them would show it.
+  results = [bowl(s, lr, seed, 2e-3, test_shift=100.0) for s in ("sqrt_d", "none")
+             for lr in (1e-3, 2e-3, 4e-3) for seed in (0, 1, 2)]
+  results += [bowl(s, 2e-3, seed, 2e-3, test_shift=shift) for s, shift in
+              (("sqrt_d", 0.0), ("none", 0.05 * 1)) for seed in (3, 4, 5)]
+  results[-1]["metrics"]["test/loss"] += 0.03  # none, seed 5: the differences vary by seed
+  bests = sweeps.best_per_arm(sweep, results)
+  assert [b.best for b in bests] == [2e-3, 2e-3]
+  for b in bests:
+    assert set(b.report_by_seed) == {3, 4, 5} and b.report[2] == 3
+    assert b.select[2] == 3  # the choice is still made on seeds 0-2
+  assert bests[0].report[0] == pytest.approx(3.04)
+  paired = sweeps.tuning.paired_differences(sweep, bests)[0]
+  assert paired.seeds == 3
+  assert (paired.mean, paired.low, paired.high) == pytest.approx(
+      sweeps.tuning.t_interval([0.05, 0.05, 0.08]))
+  # Before an arm's confirming seeds are in, it reports nothing rather than its choosing seeds.
+  partial = sweeps.best_per_arm(sweep, results[:-3])
+  assert partial[1].report_by_seed == {} and partial[1].report[2] == 0
+  with pytest.raises(ValueError, match="at least two"):
+    sweeps.check_sweep(tuned_sweep(confirm_seeds=(3,), fresh_report=True))
+
+
+def test_sensitivity_is_the_mean_loss_above_the_best_over_the_grid_by_seed():
+  sweep = tuned_sweep(seeds=(0, 1), arm_names=("sqrt_d", "none"))
+  cap = 5.0
+  losses = {("sqrt_d", 0): [3.3, 3.0, 3.2], ("sqrt_d", 1): [3.4, 3.1, 3.1],
+            ("none", 0): [3.0, 3.5, None], ("none", 1): [3.2, 3.1, 9.0]}  # None: diverged
+  results = []
+  for (scale, seed), row in losses.items():
+    for lr, loss in zip((1e-3, 2e-3, 4e-3), row):
+      results.append(result(scale, lr, seed, 0.0, status="diverged") if loss is None
+                     else result(scale, lr, seed, loss))
+  results.append(result("sqrt_d", 8e-3, 0, 99.0))  # an extension: not part of the grid
+  got = sweeps.tuning.sensitivity(sweep, results, cap)
+  hand = {"sqrt_d": {0: (0.3 + 0 + 0.2) / 3, 1: (0.3 + 0 + 0) / 3},
+          # diverged and above-cap runs count as the cap
+          "none": {0: (0 + 0.5 + 2.0) / 3, 1: (0.1 + 0 + (5.0 - 3.1)) / 3}}
+  assert got.keys() == hand.keys()
+  for arm in hand:
+    assert got[arm] == pytest.approx(hand[arm])
+  # A seed missing a value of the grid has no figure yet.
+  assert set(sweeps.tuning.sensitivity(sweep, results[1:], cap)["sqrt_d"]) == {1}
+  with pytest.raises(ValueError, match="needs `tune`"):
+    sweeps.check_sweep(tiny_sweep(sensitivity_cap=5.0))

@@ -60,7 +60,7 @@ def _text_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sou
   tokenizer = get_tokenizer(
       config.tokenizer, workdir=workdir, corpus_name=f"the train split of {splits.name}",
       train_texts=lambda: text.training_texts(splits, config.tokenizer.train_examples,
-                                              config.seed))
+                                              text.split_seed(config)))
   return Sources(
       train=text.TokenizedSource(splits.train, splits.fields, tokenizer, f"{splits.name} train"),
       eval=text.TokenizedSource(splits.eval, splits.fields, tokenizer, f"{splits.name} eval"),

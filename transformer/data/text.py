@@ -81,6 +81,12 @@ class TextSplits:
   test: Optional[Sequence[Mapping[str, Any]]] = None  # held out for reporting only
 
 
+def split_seed(config: Any) -> int:
+  """The seed that draws a local corpus's held-out splits: config.split_seed, else config.seed."""
+  fixed = config.get("split_seed")
+  return config.seed if fixed is None else fixed
+
+
 def open_splits(config: Any) -> TextSplits:
   """The raw train and eval text splits of config.dataset (local builder or TFDS name)."""
   name, data_dir = config.dataset, config.get("tfds_data_dir")
@@ -88,7 +94,7 @@ def open_splits(config: Any) -> TextSplits:
     builder = local_corpora.build_local(name, data_dir, data_files=config.data_files,
                           eval_files=config.get("eval_files"), text_split=config.text_split,
                           eval_fraction=config.eval_fraction,
-                          test_fraction=config.get("test_fraction") or 0.0, seed=config.seed)
+                          test_fraction=config.get("test_fraction") or 0.0, seed=split_seed(config))
     fields = {"targets": "text"} if name == "text_files" else {"inputs": "source",
                                                                 "targets": "target"}
     test = builder.as_data_source("test") if "test" in builder.info.splits else None

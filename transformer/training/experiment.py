@@ -84,6 +84,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.fsdp = 1
   c.max_len = 32  # tokens per row (inputs and targets)
   c.seed = 0
+  # The seed that draws a local corpus's validation and test splits; None: `seed`. Fixed
+  # across a sweep's seeds, every seed is selected and scored on the same held-out text.
+  c.split_seed = config_dict.placeholder(int)
   c.update(default_optimizer_fields())
   c.label_smoothing = 0.1  # Section 5.4
   c.z_loss = 0.0
@@ -164,6 +167,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
     raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**32) (the data order and "
                       "initialisation take it as an unsigned 32-bit seed).")
+  split_seed = config.get("split_seed")
+  if split_seed is not None and (isinstance(split_seed, bool) or not 0 <= split_seed < 2**32):
+    raise ConfigError(f"split_seed={split_seed!r} must be None (the run's seed) or an integer "
+                      "in [0, 2**32).")
   vocab_size = config.model.get("vocab_size")
   if vocab_size is not None and vocab_size <= NUM_RESERVED:
     raise ConfigError(f"model.vocab_size={vocab_size} leaves no room for tokens beside the "

@@ -9,7 +9,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   seeds             config.seed of each repeat (initialisation, dropout, data order)
   metrics           what the table shows: result keys, fnmatch patterns allowed;
                     'max:PATTERN' / 'mean:PATTERN' reduce the matching keys (default mean)
-  curves            '{split}/{name}' series of metrics.jsonl plotted over steps per group
+  curves            '{split}/{name}' series of metrics.jsonl stored in result.json and plotted
+                    over steps per group (fnmatch patterns store every match)
   fits              [{x: dotted field, y: metric}]: slope of log y against log x per seed
   length_factors    optional: after training, eval loss at these multiples of max_len
   tune              optional {dotted field: [values]}: one numeric field (the learning rate)
@@ -30,8 +31,13 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     complete: they join the reported figure and the paired differences, while
                     the choice stays on `seeds` (more seeds where effects are small, without
                     running them over the whole grid)
+  fresh_report      True: the reported figure and every paired difference use confirm_seeds
+                    alone, seeds that did not choose the value (the choice's own seeds would
+                    carry its selection into the figure); needs confirm_seeds
   pairs             optional further (arm, baseline) comparisons by arm name, paired by seed
                     like the baseline's (the cells of a factorial design)
+  sensitivity_cap   optional: report each arm's learning-rate sensitivity over `tune`'s grid
+                    (tuning.sensitivity), a diverged or worse run counting as this loss
   arm_values        optional {arm name: values of the tuned field} searched for that arm in
                     place of `tune`'s grid (extended at an edge as usual); a single value runs
                     the arm there only, neither searched nor extended (a control at another
@@ -80,6 +86,8 @@ class Sweep:
   contrast: Optional[str] = None
   arm_names: tuple[str, ...] = ()
   confirm_seeds: tuple[int, ...] = ()
+  fresh_report: bool = False
+  sensitivity_cap: Optional[float] = None
   arm_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)
   pairs: tuple[tuple[str, str], ...] = ()
 
@@ -162,6 +170,11 @@ def check_sweep(sweep: Sweep) -> None:
                       f"{[arm_label(a) for a in arms(sweep)]}.")
   if sweep.confirm_seeds and not sweep.tune:
     raise ConfigError("confirm_seeds are run at each arm's chosen value: they need `tune`.")
+  if sweep.fresh_report and len(sweep.confirm_seeds) < 2:
+    raise ConfigError("fresh_report reports on confirm_seeds alone: give at least two (a paired "
+                      "interval needs two seeds).")
+  if sweep.sensitivity_cap is not None and not sweep.tune:
+    raise ConfigError("sensitivity_cap reads the learning-rate curve: it needs `tune`.")
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")

@@ -10,7 +10,8 @@ import numpy as np
 from transformer import storage
 from transformer.research.analysis import save_figure
 from transformer.research.sweeps.grid import Sweep, format_value, short_name
-from transformer.research.sweeps.stats import cell, fit_points, fit_slopes
+from transformer.research.sweeps.stats import (cell, curve_pattern, curve_values, fit_points,
+                                               fit_slopes)
 from transformer.research.sweeps.tuning import ArmBest
 
 
@@ -88,7 +89,7 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
     fig, ax = plt.subplots(figsize=(7, 4.2 + 0.17 * len(groups)))
     drawn = 0
     for group, members in groups.items():
-      runs = [dict((int(s), v) for s, v in r["curves"].get(curve, [])) for r in members]
+      runs = [curve_values(r["curves"], curve) for r in members]
       runs = [r for r in runs if r]
       if not runs:
         continue
@@ -105,7 +106,8 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
     if not drawn:
       plt.close(fig)
       continue
-    split, _, name = curve.partition("/")
+    split, _, name = curve_pattern(curve).partition("/")
+    name = name.replace("*", "all") + (" (max)" if curve.startswith("max:") else "")
     # Long diagnostic names go whole into the wrapped title and by their last part on the axis.
     title = f"{sweep.name}: {name} ({split}); mean over seeds, band = min-max"
     ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
@@ -113,12 +115,12 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
     ax.set_ylabel(f"{name if len(name) <= 30 else name.rsplit('/', 1)[-1]} ({unit(name)})")
     if any(k in curve for k in ("loss", "perplexity", "update_ratio", "grad_norm", "absmax",
                                 "_var")) and \
-        all(v > 0 for g in groups.values() for r in g for _, v in r["curves"].get(curve, [])):
+        all(v > 0 for g in groups.values() for r in g for v in curve_values(r["curves"], curve).values()):
       ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
     fig.tight_layout()
-    path = storage.join(out_dir, curve.replace("/", "_") + ".png")
+    path = storage.join(out_dir, slug(curve.replace("/", "_")) + ".png")
     save_figure(fig, path, dpi=100)
     plt.close(fig)
     paths.append(path)
@@ -127,36 +129,48 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
 
 def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
   """sweep.select against the tuned value for every arm (mean ± std over seeds, log x); the
-  chosen value circled, values where a seed diverged marked x on the top edge."""
+  chosen value circled, values where a seed diverged marked x on the top edge. With
+  sweep.contrast, one panel per setting of that field (shared axes)."""
   plt = _pyplot()
   field = short_name(sweep.tuned_field)
-  fig, ax = plt.subplots(figsize=(7, 4.4 + 0.17 * len(bests)))
+  panels: dict[str, list[ArmBest]] = {}
+  for b in bests:
+    key = f"{short_name(sweep.contrast)}={format_value(dict(b.overrides)[sweep.contrast])}" \
+        if sweep.contrast else ""
+    panels.setdefault(key, []).append(b)
+  rows = max(len(p) for p in panels.values())
+  fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels) ** 0.5 + 1, 4.4 + 0.17 * rows),
+                           sharey=True, squeeze=False)
   finite = [m for b in bests for _, m, _, n, _ in b.curve if n and np.isfinite(m)]
   top = max(finite) if finite else 1.0
-  for b in bests:
-    pts = [(v, m, s) for v, m, s, n, dead in b.curve if n and not dead and np.isfinite(m)]
-    if not pts:
-      continue
-    x, y, err = np.asarray(pts).T
-    line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, label=b.name)[0]
-    if b.best is not None:
-      at = [m for v, m, _, _, _ in b.curve if v == b.best][0]
-      ax.plot([b.best], [at], "o", ms=11, mfc="none", color=line.get_color())
-    dead = [v for v, _, _, _, d in b.curve if d]
-    if dead:
-      ax.plot(dead, [top] * len(dead), "x", color=line.get_color())
-  ax.set_xscale("log", base=2)
   searched = sorted({v for b in bests for v in b.searched})
-  ax.set_xticks(searched, [format_value(v) for v in searched], rotation=30)
-  ax.minorticks_off()
-  ax.set_xlabel(field)
+  for ax, (key, members) in zip(axes[0], panels.items()):
+    for b in members:
+      pts = [(v, m, s) for v, m, s, n, dead in b.curve if n and not dead and np.isfinite(m)]
+      if not pts:
+        continue
+      x, y, err = np.asarray(pts).T
+      line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, label=b.name)[0]
+      if b.best is not None:
+        at = [m for v, m, _, _, _ in b.curve if v == b.best][0]
+        ax.plot([b.best], [at], "o", ms=11, mfc="none", color=line.get_color())
+      dead = [v for v, _, _, _, d in b.curve if d]
+      if dead:
+        ax.plot(dead, [top] * len(dead), "x", color=line.get_color())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(searched, [format_value(v) for v in searched], rotation=30)
+    ax.minorticks_off()
+    ax.set_xlabel(field)
+    if key:
+      ax.set_title(key, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
   name = sweep.select.rsplit("/", 1)[-1]
-  ax.set_ylabel(f"{sweep.select} ({unit(name)})")
+  axes[0][0].set_ylabel(f"{sweep.select} ({unit(name)})")
   title = (f"{sweep.name}: {sweep.select} against {field} per arm (mean ± std over seeds); "
            "circle = chosen, x = a seed diverged")
-  ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
-  ax.grid(alpha=0.3, which="both")
-  ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
+  fig.suptitle("\n".join(textwrap.wrap(title, 80 * len(panels))), fontsize=9)
   fig.tight_layout()
   storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
   path = storage.join(out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")

@@ -66,6 +66,9 @@ def aggregate(sweep: Sweep, workdir: str,
   if sweep.tune:
     paired = tuning.paired_differences(sweep, bests)
     lines += _tuning_lines(sweep, bests, paired)
+    if sweep.sensitivity_cap is not None:
+      lines += _sensitivity_lines(sweep, tuning.sensitivity(sweep, results, sweep.sensitivity_cap),
+                                  paired)
     for metric in sweep.also_report:  # the same choices, another reported metric
       other = dataclasses.replace(sweep, report=metric)
       lines += _also_lines(other, tuning.best_per_arm(other, results),
@@ -122,8 +125,10 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
            "values searched, so the optimum may lie beyond; 'searching': values still to run; "
            "'fixed': run at one given value, not searched."
            + (f" The choice uses seeds {_seed_list(sweep.seeds)}; seeds "
-              f"{_seed_list(sweep.confirm_seeds)} are run at the chosen value only and join "
-              f"{sweep.report} and the differences." if sweep.confirm_seeds else ""),
+              f"{_seed_list(sweep.confirm_seeds)} are run at the chosen value only and "
+              + (f"are the only seeds {sweep.report} and the differences use (seeds that did "
+                 "not choose the value)." if sweep.fresh_report else
+                 f"join {sweep.report} and the differences.") if sweep.confirm_seeds else ""),
            "", f"| arm | {field} searched | best {field} | {sweep.select} | {sweep.report} | seeds |",
            "|---|---|---|---|---|---|"]
   for b in bests:
@@ -134,6 +139,25 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
     lines.append(f"| {b.name} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
                  f"{b.report[2]} |")
   return lines + _paired_lines(sweep, paired, "each at its own best value")
+
+
+def _sensitivity_lines(sweep: Sweep, by_arm: dict[str, dict[int, float]],
+                       paired: list[tuning.Paired]) -> list[str]:
+  """Each arm's learning-rate sensitivity, and its paired differences for the same pairs as
+  the reported metric's."""
+  grid = ", ".join(format_value(v) for v in sorted(sweep.tune[sweep.tuned_field]))
+  lines = ["", f"## Learning-rate sensitivity over {short_name(sweep.tuned_field)} {grid}", "",
+           f"Per seed of {_seed_list(sweep.seeds)}: the mean over these values of {sweep.select} "
+           f"(a diverged run, or one above {sweep.sensitivity_cap:g}, counts as "
+           f"{sweep.sensitivity_cap:g}) minus its lowest value over them (Wortsman et al. 2023). "
+           "Lower: the loss stays nearer its best over a wider range of rates. Every value "
+           "counts and none is chosen.", "", "| arm | sensitivity | seeds |", "|---|---|---|"]
+  lines += [f"| {name} | {cell(*mean_std(list(v.values())))} | {len(v)} |"
+            for name, v in by_arm.items()]
+  pairs = [tuning.paired(p.arm, p.baseline, by_arm.get(p.arm, {}), by_arm.get(p.baseline, {}))
+           for p in paired]
+  return lines + _paired_lines(dataclasses.replace(sweep, report="sensitivity"),
+                               [p for p in pairs if p.seeds], "over the same values")
 
 
 def _also_lines(sweep: Sweep, bests: list[tuning.ArmBest], how: str) -> list[str]:

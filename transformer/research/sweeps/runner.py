@@ -15,6 +15,7 @@ the scheduler one command per point instead.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import time
 from typing import Any, Iterable, Optional, Sequence
@@ -33,7 +34,7 @@ from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep,
                                               is_finished, load_sweep, point_config,
                                               point_dir)
-from transformer.research.sweeps.stats import load_results, spike_stats
+from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
 from transformer.training import loop, sharding, steps, workdir_checks
 from transformer.training.writers import read_metrics
 
@@ -126,7 +127,8 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   result["metrics"] = metrics
   # The curves the report draws, and the losses: result.json stays small enough to commit.
   result["curves"] = {k: v for k, v in series.items()
-                      if k in sweep.curves or k in ("train/loss", "eval/loss")}
+                      if any(fnmatch.fnmatchcase(k, curve_pattern(c)) for c in sweep.curves)
+                      or k in ("train/loss", "eval/loss")}
   result["seconds"] = time.perf_counter() - start
   storage.write_atomically(storage.join(run_dir, RESULT_FILE), json.dumps(result, sort_keys=True))
   return result

@@ -38,6 +38,24 @@ def metric_value(metrics: dict[str, Any], spec: str) -> float:
   return float(np.max(values) if reduce == "max" else np.mean(values))
 
 
+def curve_values(curves: dict[str, list[list[float]]], spec: str) -> dict[int, float]:
+  """{step: value} of one run's stored curve: a series name, or 'mean:'/'max:' (default mean)
+  over the series matching a pattern at each step they all have (every head of a layer)."""
+  reduce, _, pattern = spec.rpartition(":")
+  matching = [dict((int(s), v) for s, v in series) for name, series in curves.items()
+              if fnmatch.fnmatchcase(name, pattern)]
+  if not matching:
+    return {}
+  steps = sorted(set.intersection(*(set(m) for m in matching)))
+  pick = max if reduce == "max" else (lambda v: float(np.mean(v)))
+  return {s: pick([m[s] for m in matching]) for s in steps}
+
+
+def curve_pattern(spec: str) -> str:
+  """The series-name pattern of a curve spec (its 'mean:' / 'max:' left off)."""
+  return spec.rpartition(":")[2]
+
+
 def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
   v = np.asarray([x for x in values if math.isfinite(x)], np.float64)
   if v.size == 0:

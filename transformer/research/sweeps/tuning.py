@@ -156,8 +156,10 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
         best, best_score = v, _score(sweep, members)
     chosen = [r for r in by_value.get(best, []) if r["status"] == "ok"]
     confirmed = [r for r in confirming.get(label, {}).get(best, []) if r["status"] == "ok"]
-    by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report)
-               for r in chosen + (confirmed if complete else [])}
+    confirmed = confirmed if complete else []
+    # fresh_report: only seeds that took no part in the choice, so it cannot favour them.
+    reported = confirmed if sweep.fresh_report else chosen + confirmed
+    by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in reported}
     out.append(ArmBest(
         arm=label, overrides=arm, name=sweep.arm_name(arm), searched=tuple(values), best=best,
         on_edge=best is not None and len(values) > 1 and best in (values[0], values[-1]),
@@ -238,12 +240,39 @@ def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
   by_name = {b.name: b for b in bests}
   pairs = [(b, baselines.get(b.arm)) for b in bests]
   pairs += [(by_name[arm], by_name[base]) for arm, base in sweep.pairs]
-  out = []
-  for b, base in pairs:
-    if base is None or base is b or (sweep.tune and (b.best is None or base.best is None)):
-      continue
-    seeds = sorted(set(b.report_by_seed) & set(base.report_by_seed))
-    diffs = [b.report_by_seed[s] - base.report_by_seed[s] for s in seeds]
-    diffs = [d for d in diffs if math.isfinite(d)]
-    out.append(Paired(b.name, base.name, *t_interval(diffs), len(diffs)))
+  return [paired(b.name, base.name, b.report_by_seed, base.report_by_seed)
+          for b, base in pairs if base is not None and base is not b
+          and not (sweep.tune and (b.best is None or base.best is None))]
+
+
+def paired(arm: str, baseline: str, arm_by_seed: dict[int, float],
+           baseline_by_seed: dict[int, float]) -> Paired:
+  """arm - baseline over their common seeds with a finite difference: mean and 95% interval."""
+  seeds = sorted(set(arm_by_seed) & set(baseline_by_seed))
+  diffs = [arm_by_seed[s] - baseline_by_seed[s] for s in seeds]
+  diffs = [d for d in diffs if math.isfinite(d)]
+  return Paired(arm, baseline, *t_interval(diffs), len(diffs))
+
+
+def sensitivity(sweep: Sweep, results: list[dict[str, Any]],
+                cap: float) -> dict[str, dict[int, float]]:
+  """{arm name: {seed: learning-rate sensitivity}} over sweep.seeds (Wortsman et al. 2023): the
+  mean over sweep.tune's grid of min(sweep.select, cap) minus its smallest value over the grid,
+  a diverged run counting as `cap` (the loss of knowing nothing: about the loss at init). Read
+  on the grid alone, not an arm's extensions, so every arm is measured over the same range; a
+  seed missing a value of the grid has no figure yet. No value is chosen, so no seed is
+  reported on a choice it made."""
+  stored = _by_value(sweep, results)
+  grid = sorted(_round(v) for v in sweep.tune[sweep.tuned_field])
+  out = {}
+  for arm in arms(sweep):
+    by_value = stored.get(arm_label(arm), {})
+    losses: dict[int, dict[float, float]] = {}
+    for v in grid:
+      for r in by_value.get(v, []):
+        loss = metric_value(r["metrics"], sweep.select) if r["status"] == "ok" else math.inf
+        losses.setdefault(r["seed"], {})[v] = min(loss, cap) if math.isfinite(loss) else cap
+    out[sweep.arm_name(arm)] = {
+        seed: float(np.mean([c[v] for v in grid]) - min(c.values()))
+        for seed, c in sorted(losses.items()) if len(c) == len(grid)}
   return out
