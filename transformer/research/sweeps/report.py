@@ -74,9 +74,12 @@ def aggregate(sweep: Sweep, workdir: str,
       lines += _also_lines(other, tuning.best_per_arm(other, results),
                            "each at its own best value")
     # Curves of each arm at its chosen value only: the whole grid would be unreadable.
-    chosen = {f"{b.arm},{short_name(sweep.tuned_field)}={format_value(b.best)}".removeprefix("base,")
+    # Legends name an arm by its short name where the sweep gives one.
+    field = short_name(sweep.tuned_field)
+    chosen = {f"{b.arm},{field}={format_value(b.best)}".removeprefix("base,"):
+              f"{b.name}, {field}={format_value(b.best)}" if sweep.arm_names else None
               for b in bests if b.best is not None}
-    curve_groups = {g: m for g, m in groups.items() if g in chosen}
+    curve_groups = {chosen[g] or g: m for g, m in groups.items() if g in chosen}
   elif sweep.baseline or sweep.contrast or sweep.pairs:  # fixed settings, paired by seed
     paired = tuning.paired_differences(sweep, tuning.fixed_arms(sweep, results))
     if sweep.arm_names:
