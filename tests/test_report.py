@@ -192,6 +192,7 @@ def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh
   monkeypatch.setattr(report, "curve_plots", lambda *a: [])
   monkeypatch.setattr(report, "tuning_plot", lambda *a: "")
   monkeypatch.setattr(report, "fit_plot", lambda *a: "")
+  monkeypatch.setattr(report, "trend_plot", lambda *a: "")
   os.symlink(os.path.join(committed, "points"), tmp_path / "points")
   sweep = sweeps.load_sweep(os.path.join(REPO, "configs", "sweeps", f"{name}.py"))
   command = f"python scripts/sweep.py --config=configs/sweeps/{name}.py --workdir=WORKDIR"
@@ -204,3 +205,25 @@ def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh
     for best in summary["bests"]:
       assert set(best.report_by_seed) <= set(sweep.confirm_seeds)
       assert not set(best.report_by_seed) & set(sweep.seeds)
+
+
+def test_a_trend_reports_the_difference_at_each_length_its_lines_and_a_plot(tmp_path):
+  from test_tuning import trend_results, trend_sweep
+  sweep = trend_sweep(metrics=("eval/loss",), curves=())
+  for r in trend_results():
+    os.makedirs(tmp_path / "points" / r["name"])
+    (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  summary = sweeps.aggregate(sweep, str(tmp_path), command="CMD")
+  text = (tmp_path / "results.md").read_text()
+  per = 16 * sweeps.point_config(sweep, sweeps.expand(sweep)[0]).max_len  # TINY's batch_size
+  assert "## The difference against num_train_steps" in text
+  assert f"num_train_steps x {per} token positions a step" in text
+  # at 10000 steps the seeds' differences are 0.3 + 2 b: 0.1, 0.12, 0.14
+  mean, low, high = sweeps.tuning.t_interval([0.1, 0.12, 0.14])
+  assert (f"| embed_scale=none | embed_scale=sqrt_d | 10000 ({10000 * per / 1e6:.2f} M tokens) | "
+          f"{mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 |") in text
+  zero = 10 ** (0.48 / 0.09)
+  assert f"| {zero:.3g} = {zero * per / 1e6:.3g} M tokens (extrapolated) | 0: 1e+05" in text
+  [plot] = [p for p in summary["plots"] if os.path.basename(p).startswith("trend_")]
+  assert os.path.basename(plot) == "trend_test_loss_vs_num_train_steps.png"
+  assert os.path.getsize(plot) > 1000

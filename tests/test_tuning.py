@@ -1,6 +1,7 @@
 """Tuned sweeps: each arm's learning-rate search (with edge extension), its choice on validation
 reported on test, and paired differences with t-intervals, on stored results made by hand."""
 
+import dataclasses
 import math
 
 import pytest
@@ -382,3 +383,63 @@ def test_sensitivity_is_the_mean_loss_above_the_best_over_the_grid_by_seed():
   assert set(sweeps.tuning.sensitivity(sweep, results[1:], cap)["sqrt_d"]) == {1}
   with pytest.raises(ValueError, match="needs `tune`"):
     sweeps.check_sweep(tiny_sweep(sensitivity_cap=5.0))
+
+
+def trend_results(slope_by_seed=lambda seed: -0.1 + 0.01 * seed):
+  """Three lengths x {sqrt_d, none} x three rates x seeds 0-2: 'none' is worse at the best rate
+  by 0.3 + b_seed log10(steps / 100), so each seed's line is a_seed + b_seed log10(steps) with
+  a_seed = 0.3 - 2 b_seed."""
+  out = []
+  for steps in (100, 1000, 10000):
+    for scale in ("sqrt_d", "none"):
+      for lr in (1e-3, 2e-3, 4e-3):
+        for seed in (0, 1, 2):
+          loss = 3.0 + abs(math.log2(lr / 2e-3)) + 0.001 * seed
+          if scale == "none":
+            loss += 0.3 + slope_by_seed(seed) * math.log10(steps / 100)
+          point = Point((("num_train_steps", steps), ("model.embed_scale", scale), (LR, lr)), seed)
+          out.append({"name": point.name, "group": point.group,
+                      "overrides": dict(point.overrides), "seed": seed, "status": "ok",
+                      "metrics": {"eval/loss": loss, "test/loss": loss}, "curves": {}})
+  return out
+
+
+def trend_sweep(**kw):
+  fields = dict(axes=({"num_train_steps": [100, 1000, 10000]},
+                      {"model.embed_scale": ["sqrt_d", "none"]}),
+                contrast="model.embed_scale", trend="num_train_steps")
+  return tuned_sweep(**{**fields, **kw})
+
+
+def test_a_trend_fits_each_seeds_difference_against_log_steps_and_finds_its_zero():
+  sweep = trend_sweep()
+  [t] = sweeps.tuning.trend(sweep, sweeps.best_per_arm(sweep, trend_results()))
+  assert (t.arm, t.baseline) == ("embed_scale=none", "embed_scale=sqrt_d")
+  assert t.xs == [100, 1000, 10000] and sorted(t.by_seed) == [0, 1, 2]
+  assert t.by_seed[1][10000] == pytest.approx(0.3 + 2 * -0.09)
+  # slopes -0.10, -0.09, -0.08 per tenfold; intercepts 0.5, 0.48, 0.46
+  mean, low, high = sweeps.tuning.t_interval([-0.10, -0.09, -0.08])
+  assert t.slope[:3] == pytest.approx((mean, low, high)) and t.slope[3] == 3
+  assert t.intercept == pytest.approx(0.48)
+  # zero: log10(x) = -a / b: 5, 5.333 (the mean line's too), 5.75
+  assert [math.log10(t.zero_by_seed[s]) for s in (0, 1, 2)] == pytest.approx([5, 0.48 / 0.09, 5.75])
+  assert math.log10(t.zero) == pytest.approx(0.48 / 0.09)
+
+
+def test_a_trend_that_moves_away_from_zero_has_no_zero_and_a_seed_missing_a_length_is_left_out():
+  sweep = trend_sweep()
+  bests = sweeps.best_per_arm(sweep, trend_results(lambda seed: 0.05))  # grows with length
+  assert bests[1].arm == "num_train_steps=100,embed_scale=none"
+  bests[1] = dataclasses.replace(bests[1], report_by_seed={0: bests[1].report_by_seed[0],
+                                                           1: bests[1].report_by_seed[1]})
+  [t] = sweeps.tuning.trend(sweep, bests)
+  assert sorted(t.by_seed) == [0, 1]  # seed 2 has no difference at 100 steps
+  assert math.isnan(t.zero) and all(math.isnan(z) for z in t.zero_by_seed.values())
+  assert t.slope[0] == pytest.approx(0.05)
+  with pytest.raises(ValueError, match="trend"):
+    sweeps.check_sweep(tuned_sweep(trend="model.embed_scale", contrast="model.embed_scale"))
+  with pytest.raises(ValueError, match="trend"):
+    sweeps.check_sweep(tuned_sweep(axes=({"num_train_steps": [100, 1000]},), trend="num_train_steps"))
+  with pytest.raises(ValueError, match="two positive numbers"):
+    sweeps.check_sweep(trend_sweep(axes=({"num_train_steps": [100]},
+                                         {"model.embed_scale": ["sqrt_d", "none"]})))

@@ -36,6 +36,10 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     carry its selection into the figure); needs confirm_seeds
   pairs             optional further (arm, baseline) comparisons by arm name, paired by seed
                     like the baseline's (the cells of a factorial design)
+  trend             optional numeric axis field (num_train_steps): the paired differences at
+                    each of its values read as one series per comparison, with a line in
+                    log10 of the field fitted per seed and where it would reach 0
+                    (tuning.trend); needs contrast, whose axis must not hold the field
   sensitivity_cap   optional: report each arm's learning-rate sensitivity over `tune`'s grid
                     (tuning.sensitivity), a diverged or worse run counting as this loss
   arm_values        optional {arm name: values of the tuned field} searched for that arm in
@@ -90,6 +94,7 @@ class Sweep:
   sensitivity_cap: Optional[float] = None
   arm_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)
   pairs: tuple[tuple[str, str], ...] = ()
+  trend: Optional[str] = None
 
   @property
   def tuned_field(self) -> Optional[str]:
@@ -165,6 +170,15 @@ def check_sweep(sweep: Sweep) -> None:
       raise ConfigError(f"tune[{field!r}]={values!r} needs at least two positive numbers.")
   if sweep.contrast is not None and not any(sweep.contrast in a for a in sweep.axes):
     raise ConfigError(f"contrast={sweep.contrast!r} is not a field of the sweep's axes.")
+  if sweep.trend is not None:
+    axis = next((a for a in sweep.axes if sweep.trend in a), None)
+    if axis is None or sweep.contrast is None or sweep.contrast in axis:
+      raise ConfigError(f"trend={sweep.trend!r} needs to be an axis field and a contrast on "
+                        "another axis: the trend reads each contrast's difference along it.")
+    if len(axis[sweep.trend]) < 2 or not all(
+        isinstance(v, (int, float)) and v > 0 for v in axis[sweep.trend]):
+      raise ConfigError(f"trend={sweep.trend!r} needs at least two positive numbers on its "
+                        f"axis, not {axis[sweep.trend]!r}.")
   if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
     raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
                       f"{[arm_label(a) for a in arms(sweep)]}.")

@@ -11,9 +11,9 @@ from typing import Any, Optional
 from transformer import storage
 from transformer.errors import ConfigError
 from transformer.research.sweeps import tuning
-from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, format_value,
-                                              short_name)
-from transformer.research.sweeps.plots import curve_plots, fit_plot, tuning_plot
+from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, expand,
+                                              format_value, point_config, short_name)
+from transformer.research.sweeps.plots import curve_plots, fit_plot, trend_plot, tuning_plot
 from transformer.research.sweeps.stats import (cell, fit_left_out, fit_slopes, load_results,
                                                mean_std, metric_value, ordered_groups)
 
@@ -62,10 +62,13 @@ def aggregate(sweep: Sweep, workdir: str,
     lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed{where}"
               f"{note}:", "", "| other settings | slope | seeds |", "|---|---|---|"]
     lines += [f"| {k} | {cell(*v)} | {v[2]} |" for k, v in slopes.items()]
-  paired, curve_groups = [], groups
+  paired, curve_groups, trends = [], groups, []
   if sweep.tune:
     paired = tuning.paired_differences(sweep, bests)
     lines += _tuning_lines(sweep, bests, paired)
+    if sweep.trend:
+      trends = tuning.trend(sweep, bests)
+      lines += _trend_lines(sweep, trends)
     if sweep.sensitivity_cap is not None:
       lines += _sensitivity_lines(sweep, tuning.sensitivity(sweep, results, sweep.sensitivity_cap),
                                   paired)
@@ -93,6 +96,9 @@ def aggregate(sweep: Sweep, workdir: str,
   plots = curve_plots(sweep, curve_groups, workdir)
   if bests:
     plots.append(tuning_plot(sweep, bests, storage.join(workdir, "plots")))
+  if trends:
+    plots.append(trend_plot(sweep, trends, tokens_per_unit(sweep),
+                            storage.join(workdir, "plots")))
   plots += [fit_plot(sweep, fit_results, fit["x"], fit["y"], storage.join(workdir, "plots"))
             for fit in sweep.fits]
   if plots:
@@ -108,7 +114,7 @@ def aggregate(sweep: Sweep, workdir: str,
                     [f"{v:.6g}" for m in metrics for v in row[m]])
   storage.write_atomically(storage.join(workdir, "results.csv"), table.getvalue())
   return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
-          "expected": expected, "bests": bests, "paired": paired}
+          "expected": expected, "bests": bests, "paired": paired, "trends": trends}
 
 
 def _seed_list(seeds) -> str:
@@ -161,6 +167,57 @@ def _sensitivity_lines(sweep: Sweep, by_arm: dict[str, dict[int, float]],
            for p in paired]
   return lines + _paired_lines(dataclasses.replace(sweep, report="sensitivity"),
                                [p for p in pairs if p.seeds], "over the same values")
+
+
+def tokens_per_unit(sweep: Sweep) -> Optional[int]:
+  """Token positions one unit of sweep.trend stands for: batch_size x max_len a step when the
+  trend is num_train_steps (packed sequences, so nearly every position is a token); else None."""
+  if sweep.trend != "num_train_steps":
+    return None
+  config = point_config(sweep, expand(sweep)[0])
+  return int(config.batch_size * config.max_len)
+
+
+def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
+  """Each comparison's difference at each value of sweep.trend, and its fitted lines."""
+  if not trends:
+    return []
+  field, per = short_name(sweep.trend), tokens_per_unit(sweep)
+  at = lambda x: format_value(x) + (f" ({x * per / 1e6:.2f} M tokens)" if per else "")  # noqa: E731
+  lines = ["", f"## The difference against {field}", "",
+           f"The paired differences of {sweep.report} above (arm minus baseline, each at its own "
+           f"best value at each {field}; seeds that have every {field}), and a line "
+           f"a + b log10({field}) fitted to each seed's differences by least squares. 'zero at': "
+           "where the mean line (the mean of the seeds' lines) reaches 0. Beyond the largest "
+           f"{field} run it is an extrapolation: a line is one of many shapes that few points "
+           "fit (a power law that flattens above 0 never reaches it)."
+           + (f" Tokens: {field} x {per} token positions a step (batch_size x max_len)."
+              if per else ""), "",
+           f"| arm | baseline | {field} | difference | 95% interval | seeds |",
+           "|---|---|---|---|---|---|"]
+  for t in trends:
+    for x in t.xs:
+      mean, low, high = tuning.t_interval([d[x] for d in t.by_seed.values()])
+      interval = f"[{low:+.4f}, {high:+.4f}]" if low == low else "-"
+      lines.append(f"| {t.arm} | {t.baseline} | {at(x)} | {mean:+.4f} | {interval} | "
+                   f"{len(t.by_seed)} |")
+  lines += ["", f"| arm | baseline | slope per tenfold {field} | 95% interval | seeds | "
+            "zero at | zero at, per seed |", "|---|---|---|---|---|---|---|"]
+  for t in trends:
+    mean, low, high, n = t.slope
+    interval = f"[{low:+.4f}, {high:+.4f}]" if low == low else "-"
+    lines.append(f"| {t.arm} | {t.baseline} | {mean:+.4f} | {interval} | {n} | "
+                 f"{_zero_cell(t.zero, t.xs, per)} | "
+                 + "; ".join(f"{s}: {_zero_cell(z, t.xs, per)}" for s, z in t.zero_by_seed.items())
+                 + " |")
+  return lines
+
+
+def _zero_cell(zero: float, xs: list[float], per: Optional[int]) -> str:
+  if zero != zero:
+    return "never (moves away from 0)"
+  where = "extrapolated" if zero > max(xs) else "within the values run"
+  return f"{zero:.3g}" + (f" = {zero * per / 1e6:.3g} M tokens" if per else "") + f" ({where})"
 
 
 def _also_lines(sweep: Sweep, bests: list[tuning.ArmBest], how: str) -> list[str]:

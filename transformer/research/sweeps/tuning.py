@@ -232,17 +232,23 @@ def _baselines(sweep: Sweep, bests: list[ArmBest]) -> dict[str, ArmBest]:
   return {b.arm: base for b in bests}
 
 
-def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
-  """Every arm against its baseline (see _baselines; an untuned sweep only with a baseline or
-  contrast), then sweep.pairs, paired by seed."""
+def _compared(sweep: Sweep, bests: list[ArmBest]) -> list[tuple[ArmBest, ArmBest]]:
+  """(arm, baseline) of every comparison: each arm against its baseline (see _baselines; an
+  untuned sweep only with a baseline or contrast), then sweep.pairs; in a tuned sweep only
+  arms that have both chosen a value."""
   against_baseline = bool(bests) and bool(sweep.tune or sweep.baseline or sweep.contrast)
   baselines = _baselines(sweep, bests) if against_baseline else {}
   by_name = {b.name: b for b in bests}
   pairs = [(b, baselines.get(b.arm)) for b in bests]
   pairs += [(by_name[arm], by_name[base]) for arm, base in sweep.pairs]
-  return [paired(b.name, base.name, b.report_by_seed, base.report_by_seed)
-          for b, base in pairs if base is not None and base is not b
+  return [(b, base) for b, base in pairs if base is not None and base is not b
           and not (sweep.tune and (b.best is None or base.best is None))]
+
+
+def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
+  """Every comparison of `_compared`, paired by seed."""
+  return [paired(b.name, base.name, b.report_by_seed, base.report_by_seed)
+          for b, base in _compared(sweep, bests)]
 
 
 def paired(arm: str, baseline: str, arm_by_seed: dict[int, float],
@@ -275,4 +281,65 @@ def sensitivity(sweep: Sweep, results: list[dict[str, Any]],
     out[sweep.arm_name(arm)] = {
         seed: float(np.mean([c[v] for v in grid]) - min(c.values()))
         for seed, c in sorted(losses.items()) if len(c) == len(grid)}
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Trend:
+  """One comparison's paired difference (arm - baseline of sweep.report, each at its own best
+  value) against the numeric axis field sweep.trend, with a line d = a + b log10(x) fitted by
+  least squares to each seed's differences."""
+  arm: str  # the arm's settings other than the trend field
+  baseline: str
+  by_seed: dict[int, dict[float, float]]  # {seed: {x: difference}}, seeds with every x only
+  slope: tuple[float, float, float, int]  # b per tenfold of x: mean, 95% interval, seeds
+  intercept: float  # a of the mean line (the mean of the seeds' lines)
+  zero_by_seed: dict[int, float]  # x where the seed's line is 0; NaN: it moves away from 0
+
+  @property
+  def xs(self) -> list[float]:
+    return sorted({x for d in self.by_seed.values() for x in d})
+
+  @property
+  def zero(self) -> float:
+    """x where the mean line reaches 0 (NaN if it moves away from 0 or is flat)."""
+    return _zero(self.intercept, self.slope[0], self.xs)
+
+
+def _zero(a: float, b: float, xs: Sequence[float]) -> float:
+  """x with a + b log10(x) = 0, if the line heads for 0 from its value at the smallest of xs;
+  else NaN (it moves away from 0, or is flat)."""
+  at_start = a + b * math.log10(min(xs))
+  if not (math.isfinite(b) and at_start * b < 0):
+    return math.nan
+  return float(10 ** (-a / b))
+
+
+def trend(sweep: Sweep, bests: list[ArmBest]) -> list[Trend]:
+  """The paired differences of `_compared`, grouped over sweep.trend's values: one Trend per
+  comparison of the other settings, each seed's line fitted over the values it has all of."""
+  field = sweep.trend
+  groups: dict[tuple[str, str], dict[int, dict[float, float]]] = {}
+  for b, base in _compared(sweep, bests):
+    arm, ref = dict(b.overrides), dict(base.overrides)
+    if field not in arm or arm[field] != ref.get(field):
+      continue  # a pair across trend values is no point of a trend
+    x = float(arm.pop(field))
+    ref.pop(field)
+    key = (arm_label(tuple(arm.items())), arm_label(tuple(ref.items())))
+    for seed in set(b.report_by_seed) & set(base.report_by_seed):
+      d = b.report_by_seed[seed] - base.report_by_seed[seed]
+      if math.isfinite(d):
+        groups.setdefault(key, {}).setdefault(seed, {})[x] = d
+  out = []
+  for (arm, ref), by_seed in groups.items():
+    xs = sorted({x for d in by_seed.values() for x in d})
+    full = {s: d for s, d in sorted(by_seed.items()) if len(d) == len(xs)}
+    if len(xs) < 2 or not full:
+      continue
+    lines = {s: np.polyfit(np.log10(xs), [d[x] for x in xs], 1) for s, d in full.items()}
+    mean, low, high = t_interval([b for b, _ in lines.values()])
+    out.append(Trend(arm, ref, full, (mean, low, high, len(full)),
+                     float(np.mean([a for _, a in lines.values()])),
+                     {s: _zero(a, b, xs) for s, (b, a) in lines.items()}))
   return out
