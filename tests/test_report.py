@@ -208,19 +208,24 @@ def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh
 
 
 def test_a_trend_reports_the_difference_at_each_length_its_lines_and_a_plot(tmp_path):
+  from test_grid import TINY
   from test_tuning import trend_results, trend_sweep
-  sweep = trend_sweep(metrics=("eval/loss",), curves=())
   for r in trend_results():
     os.makedirs(tmp_path / "points" / r["name"])
     (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  # A seq2seq base pads its rows: steps are not turned into tokens.
+  sweeps.aggregate(trend_sweep(metrics=("eval/loss",), curves=()), str(tmp_path))
+  assert "M tokens" not in (tmp_path / "results.md").read_text()
+  sweep = trend_sweep(metrics=("eval/loss",), curves=(),
+                      fixed={**TINY, "model_type": "lm", "packing": "concat"})
   summary = sweeps.aggregate(sweep, str(tmp_path), command="CMD")
   text = (tmp_path / "results.md").read_text()
   per = 16 * sweeps.point_config(sweep, sweeps.expand(sweep)[0]).max_len  # TINY's batch_size
   assert "## The difference against num_train_steps" in text
-  assert f"num_train_steps x {per} token positions a step" in text
+  assert f"Tokens: num_train_steps x {per} (batch_size x max_len, packed rows)." in text
   # at 10000 steps the seeds' differences are 0.3 + 2 b: 0.1, 0.12, 0.14
   mean, low, high = sweeps.tuning.t_interval([0.1, 0.12, 0.14])
-  assert (f"| embed_scale=none | embed_scale=sqrt_d | 10000 ({10000 * per / 1e6:.2f} M tokens) | "
+  assert (f"| embed_scale=none | embed_scale=sqrt_d | 10000 ({10000 * per / 1e6:.3g} M tokens) | "
           f"{mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 |") in text
   zero = 10 ** (0.48 / 0.09)
   assert f"| {zero:.3g} = {zero * per / 1e6:.3g} M tokens (extrapolated) | 0: 1e+05" in text

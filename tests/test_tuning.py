@@ -436,10 +436,18 @@ def test_a_trend_that_moves_away_from_zero_has_no_zero_and_a_seed_missing_a_leng
   assert sorted(t.by_seed) == [0, 1]  # seed 2 has no difference at 100 steps
   assert math.isnan(t.zero) and all(math.isnan(z) for z in t.zero_by_seed.values())
   assert t.slope[0] == pytest.approx(0.05)
-  with pytest.raises(ValueError, match="trend"):
-    sweeps.check_sweep(tuned_sweep(trend="model.embed_scale", contrast="model.embed_scale"))
-  with pytest.raises(ValueError, match="trend"):
-    sweeps.check_sweep(tuned_sweep(axes=({"num_train_steps": [100, 1000]},), trend="num_train_steps"))
-  with pytest.raises(ValueError, match="two positive numbers"):
-    sweeps.check_sweep(trend_sweep(axes=({"num_train_steps": [100]},
-                                         {"model.embed_scale": ["sqrt_d", "none"]})))
+  # 0.3 + 0.05 log10(steps / 100) = 0.05 log10(steps / 1.6e-4): a zero lies behind the lengths
+  # run, not ahead, so there is none; a nearly flat line's zero is past float range.
+  for slope, zero in ((0.05, math.nan), (-1e-4, math.inf)):
+    [t] = sweeps.tuning.trend(sweep, sweeps.best_per_arm(sweep, trend_results(lambda s: slope)))
+    assert t.zero == zero or (math.isnan(zero) and math.isnan(t.zero))
+
+
+def test_a_trend_is_validated():
+  two_axes = {"model.embed_scale": ["sqrt_d", "none"]}
+  for kw in (dict(trend="model.embed_scale"), dict(contrast=None), dict(tune={}),
+             dict(axes=({"num_train_steps": [100, 1000], "warmup_steps": [1, 2]}, two_axes))):
+    with pytest.raises(ValueError, match="trend=.*needs `tune`, an axis of its own"):
+      sweeps.check_sweep(trend_sweep(**kw))
+  with pytest.raises(ValueError, match="trend=.*two positive numbers"):
+    sweeps.check_sweep(trend_sweep(axes=({"num_train_steps": [100]}, two_axes)))

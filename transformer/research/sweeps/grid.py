@@ -39,7 +39,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   trend             optional numeric axis field (num_train_steps): the paired differences at
                     each of its values read as one series per comparison, with a line in
                     log10 of the field fitted per seed and where it would reach 0
-                    (tuning.trend); needs contrast, whose axis must not hold the field
+                    (tuning.trend); needs tune, the field alone on its axis and a contrast on
+                    another axis
   sensitivity_cap   optional: report each arm's learning-rate sensitivity over `tune`'s grid
                     (tuning.sensitivity), a diverged or worse run counting as this loss
   arm_values        optional {arm name: values of the tuned field} searched for that arm in
@@ -172,9 +173,11 @@ def check_sweep(sweep: Sweep) -> None:
     raise ConfigError(f"contrast={sweep.contrast!r} is not a field of the sweep's axes.")
   if sweep.trend is not None:
     axis = next((a for a in sweep.axes if sweep.trend in a), None)
-    if axis is None or sweep.contrast is None or sweep.contrast in axis:
-      raise ConfigError(f"trend={sweep.trend!r} needs to be an axis field and a contrast on "
-                        "another axis: the trend reads each contrast's difference along it.")
+    if (axis is None or len(axis) != 1 or not sweep.tune or sweep.contrast is None
+        or sweep.contrast in axis):
+      raise ConfigError(f"trend={sweep.trend!r} needs `tune`, an axis of its own and a contrast "
+                        "on another axis: it reads each contrast's difference, each arm at its "
+                        "own best rate, along that axis.")
     if len(axis[sweep.trend]) < 2 or not all(
         isinstance(v, (int, float)) and v > 0 for v in axis[sweep.trend]):
       raise ConfigError(f"trend={sweep.trend!r} needs at least two positive numbers on its "

@@ -13,7 +13,7 @@ from transformer.research.analysis import save_figure
 from transformer.research.sweeps.grid import Sweep, format_value, short_name
 from transformer.research.sweeps.stats import (cell, curve_pattern, curve_values, fit_points,
                                                fit_slopes)
-from transformer.research.sweeps.tuning import ArmBest, Trend, t_interval
+from transformer.research.sweeps.tuning import ArmBest, Trend
 
 
 def _pyplot():
@@ -184,37 +184,39 @@ def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int]
                out_dir: str) -> str:
   """Each comparison's paired difference against sweep.trend (tokens seen, when given), log x:
   one small marker per seed, the mean with its 95% interval, the mean fitted line, dashed where
-  it runs past the values run to its zero (an extrapolation)."""
+  it runs past the values run towards its zero (an extrapolation; drawn to 1000x the largest
+  value at most)."""
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
   scale = tokens_per_unit or 1
   for t in trends:
     xs = np.asarray(t.xs)
-    seeds = np.asarray([[d[x] for x in t.xs] for d in t.by_seed.values()])
-    stats = np.asarray([t_interval(column) for column in seeds.T])  # mean, low, high
-    err = None if np.isnan(stats[:, 1]).any() else [stats[:, 0] - stats[:, 1],
-                                                    stats[:, 2] - stats[:, 0]]
-    line = ax.errorbar(xs * scale, stats[:, 0], yerr=err, fmt="o", ms=6, capsize=3,
+    mean, low, high = np.asarray([t.at[x] for x in t.xs]).T
+    err = None if np.isnan(low).any() else [mean - low, high - mean]
+    line = ax.errorbar(xs * scale, mean, yerr=err, fmt="o", ms=6, capsize=3,
                        label=f"{t.arm} - {t.baseline} (mean, 95% interval)")[0]
-    for row in seeds:
-      ax.plot(xs * scale, row, ".", color=line.get_color(), alpha=0.5)
+    for by_x in t.by_seed.values():
+      ax.plot(xs * scale, [by_x[x] for x in t.xs], ".", color=line.get_color(), alpha=0.5)
     fitted = lambda x: t.intercept + t.slope[0] * np.log10(x)  # noqa: E731
     ax.plot(xs * scale, fitted(xs), "-", color=line.get_color(),
             label=f"line: {t.slope[0]:+.3f} per tenfold")
-    end = t.zero if t.zero == t.zero and t.zero > xs.max() else None
-    if end is not None:
-      beyond = np.geomspace(xs.max(), min(end, 1000 * xs.max()), 20)
+    if t.zero == t.zero and t.zero > xs.max():
+      end = min(t.zero, 1000 * xs.max())
+      beyond = np.geomspace(xs.max(), end, 20)
+      zero = ("beyond 1e300" if t.zero == np.inf else f"{t.zero * scale / 1e6:.3g} M tokens"
+              if tokens_per_unit else f"{t.zero:.3g}")
       ax.plot(beyond * scale, fitted(beyond), "--", color=line.get_color(),
-              label="extrapolated to 0 at " + (f"{end * scale / 1e6:.3g} M tokens"
-                                               if tokens_per_unit else f"{end:.3g}"))
+              label=f"extrapolated: 0 at {zero}" + ("" if end == t.zero else " (off the plot)"))
   ax.axhline(0.0, color="gray", lw=0.8)
   ax.set_xscale("log")
   field = short_name(sweep.trend)
   ax.set_xlabel(f"tokens seen ({field} x {tokens_per_unit})" if tokens_per_unit else field)
   name = sweep.report.rsplit("/", 1)[-1]
   ax.set_ylabel(f"difference of {sweep.report} ({unit(name)})")
-  title = (f"{sweep.name}: arm minus baseline against {field}, each at its own best value; "
-           "dots = seeds; dashed = extrapolation")
+  title = (f"{sweep.name}: arm minus baseline, each at its own best "
+           f"{short_name(sweep.tuned_field)}, against "
+           + ("tokens seen" if tokens_per_unit else field)
+           + "; dots = seeds; dashed = extrapolation")
   ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)

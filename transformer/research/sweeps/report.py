@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import os
 from typing import Any, Optional
 
@@ -170,12 +171,20 @@ def _sensitivity_lines(sweep: Sweep, by_arm: dict[str, dict[int, float]],
 
 
 def tokens_per_unit(sweep: Sweep) -> Optional[int]:
-  """Token positions one unit of sweep.trend stands for: batch_size x max_len a step when the
-  trend is num_train_steps (packed sequences, so nearly every position is a token); else None."""
+  """Tokens one unit of sweep.trend stands for: batch_size x max_len a step when the trend is
+  num_train_steps of a language model on packed rows ('concat': every position a token); else
+  None (padded rows hold fewer tokens than positions)."""
   if sweep.trend != "num_train_steps":
     return None
   config = point_config(sweep, expand(sweep)[0])
+  if config.model_type != "lm" or config.packing != "concat":
+    return None
   return int(config.batch_size * config.max_len)
+
+
+def _interval(low: float, high: float) -> str:
+  """A 95% interval's cell; '-' without one (fewer than 2 seeds)."""
+  return f"[{low:+.4f}, {high:+.4f}]" if low == low and high == high else "-"
 
 
 def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
@@ -183,30 +192,26 @@ def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
   if not trends:
     return []
   field, per = short_name(sweep.trend), tokens_per_unit(sweep)
-  at = lambda x: format_value(x) + (f" ({x * per / 1e6:.2f} M tokens)" if per else "")  # noqa: E731
+  at = lambda x: format_value(x) + (f" ({x * per / 1e6:.3g} M tokens)" if per else "")  # noqa: E731
   lines = ["", f"## The difference against {field}", "",
            f"The paired differences of {sweep.report} above (arm minus baseline, each at its own "
-           f"best value at each {field}; seeds that have every {field}), and a line "
-           f"a + b log10({field}) fitted to each seed's differences by least squares. 'zero at': "
-           "where the mean line (the mean of the seeds' lines) reaches 0. Beyond the largest "
+           f"best {short_name(sweep.tuned_field)} at each {field}; seeds that have every "
+           f"{field}), and a line a + b log10({field}) fitted to each seed's differences by "
+           "least squares. 'zero at': where the mean line (the mean of the seeds' lines) and "
+           "each seed's line reach 0, a point estimate without an interval. Beyond the largest "
            f"{field} run it is an extrapolation: a line is one of many shapes that few points "
            "fit (a power law that flattens above 0 never reaches it)."
-           + (f" Tokens: {field} x {per} token positions a step (batch_size x max_len)."
-              if per else ""), "",
-           f"| arm | baseline | {field} | difference | 95% interval | seeds |",
+           + (f" Tokens: {field} x {per} (batch_size x max_len, packed rows)." if per else ""),
+           "", f"| arm | baseline | {field} | difference | 95% interval | seeds |",
            "|---|---|---|---|---|---|"]
   for t in trends:
-    for x in t.xs:
-      mean, low, high = tuning.t_interval([d[x] for d in t.by_seed.values()])
-      interval = f"[{low:+.4f}, {high:+.4f}]" if low == low else "-"
-      lines.append(f"| {t.arm} | {t.baseline} | {at(x)} | {mean:+.4f} | {interval} | "
-                   f"{len(t.by_seed)} |")
+    lines += [f"| {t.arm} | {t.baseline} | {at(x)} | {mean:+.4f} | {_interval(low, high)} | "
+              f"{len(t.by_seed)} |" for x, (mean, low, high) in sorted(t.at.items())]
   lines += ["", f"| arm | baseline | slope per tenfold {field} | 95% interval | seeds | "
             "zero at | zero at, per seed |", "|---|---|---|---|---|---|---|"]
   for t in trends:
     mean, low, high, n = t.slope
-    interval = f"[{low:+.4f}, {high:+.4f}]" if low == low else "-"
-    lines.append(f"| {t.arm} | {t.baseline} | {mean:+.4f} | {interval} | {n} | "
+    lines.append(f"| {t.arm} | {t.baseline} | {mean:+.4f} | {_interval(low, high)} | {n} | "
                  f"{_zero_cell(t.zero, t.xs, per)} | "
                  + "; ".join(f"{s}: {_zero_cell(z, t.xs, per)}" for s, z in t.zero_by_seed.items())
                  + " |")
@@ -214,8 +219,12 @@ def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
 
 
 def _zero_cell(zero: float, xs: list[float], per: Optional[int]) -> str:
+  """Where a fitted line reaches 0, in the field's units (and tokens), and whether that lies
+  within the values run or is extrapolated."""
   if zero != zero:
-    return "never (moves away from 0)"
+    return "no zero: the line moves away from 0 or is flat"
+  if zero == math.inf:
+    return "beyond 1e300 (a nearly flat line)"
   where = "extrapolated" if zero > max(xs) else "within the values run"
   return f"{zero:.3g}" + (f" = {zero * per / 1e6:.3g} M tokens" if per else "") + f" ({where})"
 
@@ -236,7 +245,6 @@ def _paired_lines(sweep: Sweep, paired: list[tuning.Paired], how: str) -> list[s
            "| arm | baseline | difference | 95% interval | seeds | verdict |",
            "|---|---|---|---|---|---|"]
   for p in paired:
-    interval = (f"[{p.low:+.4f}, {p.high:+.4f}]" if p.seeds > 1 and p.low == p.low else "-")
-    lines.append(f"| {p.arm} | {p.baseline} | {p.mean:+.4f} | {interval} | {p.seeds} | "
-                 f"{p.verdict} |")
+    lines.append(f"| {p.arm} | {p.baseline} | {p.mean:+.4f} | {_interval(p.low, p.high)} | "
+                 f"{p.seeds} | {p.verdict} |")
   return lines

@@ -292,32 +292,31 @@ class Trend:
   arm: str  # the arm's settings other than the trend field
   baseline: str
   by_seed: dict[int, dict[float, float]]  # {seed: {x: difference}}, seeds with every x only
+  at: dict[float, tuple[float, float, float]]  # {x: mean, 95% interval of the difference}
   slope: tuple[float, float, float, int]  # b per tenfold of x: mean, 95% interval, seeds
   intercept: float  # a of the mean line (the mean of the seeds' lines)
-  zero_by_seed: dict[int, float]  # x where the seed's line is 0; NaN: it moves away from 0
+  zero: float  # x where the mean line reaches 0; NaN: it moves away from 0 or is flat
+  zero_by_seed: dict[int, float]  # the same of each seed's line
 
   @property
   def xs(self) -> list[float]:
-    return sorted({x for d in self.by_seed.values() for x in d})
-
-  @property
-  def zero(self) -> float:
-    """x where the mean line reaches 0 (NaN if it moves away from 0 or is flat)."""
-    return _zero(self.intercept, self.slope[0], self.xs)
+    return sorted(self.at)
 
 
 def _zero(a: float, b: float, xs: Sequence[float]) -> float:
-  """x with a + b log10(x) = 0, if the line heads for 0 from its value at the smallest of xs;
-  else NaN (it moves away from 0, or is flat)."""
+  """x with a + b log10(x) = 0, if the line heads for 0 from its value at the smallest of xs
+  (so the zero lies above it); else NaN. inf past float range (a nearly flat line)."""
   at_start = a + b * math.log10(min(xs))
   if not (math.isfinite(b) and at_start * b < 0):
     return math.nan
-  return float(10 ** (-a / b))
+  exponent = -a / b
+  return math.inf if exponent > 300 else float(10.0 ** exponent)
 
 
 def trend(sweep: Sweep, bests: list[ArmBest]) -> list[Trend]:
   """The paired differences of `_compared`, grouped over sweep.trend's values: one Trend per
-  comparison of the other settings, each seed's line fitted over the values it has all of."""
+  comparison of the other settings, each seed's line fitted over the values it has all of
+  (a comparison no seed has two values of yet is left out)."""
   field = sweep.trend
   groups: dict[tuple[str, str], dict[int, dict[float, float]]] = {}
   for b, base in _compared(sweep, bests):
@@ -338,8 +337,9 @@ def trend(sweep: Sweep, bests: list[ArmBest]) -> list[Trend]:
     if len(xs) < 2 or not full:
       continue
     lines = {s: np.polyfit(np.log10(xs), [d[x] for x in xs], 1) for s, d in full.items()}
-    mean, low, high = t_interval([b for b, _ in lines.values()])
-    out.append(Trend(arm, ref, full, (mean, low, high, len(full)),
-                     float(np.mean([a for _, a in lines.values()])),
-                     {s: _zero(a, b, xs) for s, (b, a) in lines.items()}))
+    intercept = float(np.mean([a for _, a in lines.values()]))
+    slope = t_interval([b for b, _ in lines.values()])
+    out.append(Trend(arm, ref, full, {x: t_interval([d[x] for d in full.values()]) for x in xs},
+                     (*slope, len(full)), intercept, _zero(intercept, slope[0], xs),
+                     {s: _zero(float(a), float(b), xs) for s, (b, a) in lines.items()}))
   return out
