@@ -83,3 +83,50 @@ def test_bad_config():
     optimizers.make_optimizer(ml_collections.ConfigDict({"optimizer": "adam"}))
   with pytest.raises(ValueError, match="grad_accum_steps"):
     optimizers.make_optimizer(_config(grad_accum_steps=0))
+
+
+def test_hidden_lr_scale_scales_only_the_blocks_weight_matrices():
+  """Adam's first step moves every parameter by lr (its update is g / |g|); with
+  hidden_lr_scale 0.25 the blocks' kernels move by lr / 4, the embedding, readout and biases
+  by lr."""
+  params = {"decoder": {"blocks": {"layer_0": {"ffn": {"wi": {"kernel": jnp.ones((2, 3)),
+                                                             "bias": jnp.ones((3,))}}}}},
+            "embedding": {"embedding": jnp.ones((5, 2))},
+            "output_logits": {"kernel": {"kernel": jnp.ones((2, 5))}}}
+  grads = lambda p: jax.tree.map(jnp.ones_like, p)  # noqa: E731
+  for scale in (1.0, 0.25):
+    after = _run(optimizers.make_optimizer(_config(hidden_lr_scale=scale)), params, grads, 1)
+    moved = jax.tree.map(lambda a, b: np.asarray(b - a), after, params)
+    layer = moved["decoder"]["blocks"]["layer_0"]["ffn"]["wi"]
+    np.testing.assert_allclose(layer["kernel"], 0.1 * scale, rtol=1e-5)
+    for other in (layer["bias"], moved["embedding"]["embedding"],
+                  moved["output_logits"]["kernel"]["kernel"]):
+      np.testing.assert_allclose(other, 0.1, rtol=1e-5)
+  # 1 = off adds no transform: the state, and so every stored checkpoint, keeps its structure.
+  config = _config()
+  adam = optax.adam(optimizers.learning_rate_fn(config), b1=0.9, b2=0.98, eps=1e-9)
+  assert jax.tree.structure(optimizers.make_optimizer(config).init(params)) == \
+      jax.tree.structure(adam.init(params))
+  assert jax.tree.structure(optimizers.make_optimizer(_config(hidden_lr_scale=0.5)).init(
+      params)) != jax.tree.structure(adam.init(params))
+  with pytest.raises(ValueError, match="hidden_lr_scale must be a finite number > 0"):
+    optimizers.make_optimizer(_config(hidden_lr_scale=0.0))
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_the_hidden_mask_picks_the_blocks_kernels_of_a_real_model(scan_layers):
+  from transformer import models
+  from transformer.config import ModelConfig
+  config = ModelConfig.from_recipe("mup", vocab_size=50, d_model=32, num_heads=2, d_ff=64,
+                                   num_decoder_layers=2, max_len=16, scan_layers=scan_layers)
+  batch = {"inputs": jnp.ones((1, 8), jnp.int32), "targets": jnp.ones((1, 8), jnp.int32)}
+  params = jax.eval_shape(lambda: models.init_params(models.model_for("lm", config),
+                                                      jax.random.PRNGKey(0), batch))
+  mask = [(jax.tree_util.keystr(path), hidden) for path, hidden in
+          jax.tree_util.tree_flatten_with_path(optimizers._hidden_mask(params))[0]]
+  picked = [path for path, hidden in mask if hidden]
+  # q, k, v, out and the two feed-forward kernels of every layer (stacked when scanned)
+  assert len(picked) == 6 * (1 if scan_layers else 2), picked
+  assert all("['blocks']" in p and p.endswith("['kernel']") for p in picked), picked
+  assert not any(hidden for path, hidden in mask
+                 if "['embedding']" in path or "['output_logits']" in path)

@@ -101,7 +101,8 @@ RECIPES: dict[str, dict[str, Any]] = {
         activation="gelu",
         norm_epsilon=1e-5,
     ),
-    # muP (Tensor Programs V, Yang et al. 2022).
+    # muP (Tensor Programs V, Yang et al. 2022), its model side. Its Adam rule for the hidden
+    # weight matrices (updates times base_width / width) is the optimizer's hidden_lr_scale.
     "mup": dict(
         embed_scale="none",  # input weights O(1), no width multiplier
         embed_init_std=1.0,  # N(0, 1) input embedding

@@ -10,6 +10,9 @@ Config fields (defaults in `default_optimizer_fields`, the one place they live):
   adam_b1, adam_b2, adam_eps   'adam' and 'adamw'
   momentum         'sgd'; 0 = plain SGD
   grad_clip_norm   clip the global gradient norm to this; 0 = off
+  hidden_lr_scale  multiplies the updates of the blocks' weight matrices alone (attention and
+                   feed-forward kernels; not the embedding, the readout, biases or norms):
+                   muP's Adam rule (Yang et al. 2022) with base_d_model / d_model; 1 = off
   grad_accum_steps split each batch into this many micro-batches whose gradients are summed
                    before the one update (transformer.training.steps); 1 = off
 
@@ -49,6 +52,7 @@ def default_optimizer_fields() -> dict[str, Any]:
       momentum=0.9,
       grad_clip_norm=0.0,
       grad_accum_steps=1,
+      hidden_lr_scale=1.0,
   )
 
 
@@ -67,6 +71,10 @@ def _check_fields(config: ml_collections.ConfigDict) -> None:
   if not (isinstance(config.learning_rate, (int, float)) and math.isfinite(config.learning_rate)
           and config.learning_rate > 0):
     raise ConfigError(f"learning_rate must be a finite number > 0, got {config.learning_rate!r}.")
+  if not (isinstance(config.hidden_lr_scale, (int, float))
+          and math.isfinite(config.hidden_lr_scale) and config.hidden_lr_scale > 0):
+    raise ConfigError(f"hidden_lr_scale must be a finite number > 0 (1 = off), got "
+                      f"{config.hidden_lr_scale!r}.")
   if config.grad_clip_norm is not None and config.grad_clip_norm < 0:
     raise ConfigError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
 
@@ -87,13 +95,24 @@ def _decay_mask(params: Any) -> Any:
   return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
+def _hidden_mask(params: Any) -> Any:
+  # muP's "matrix-like" parameters, both of whose dimensions grow with the width: the kernels
+  # inside the layer stacks ('blocks'); the embedding and readout each have one fixed side.
+  def hidden(path, p) -> bool:
+    names = [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
+    return p.ndim >= 2 and "blocks" in names and "kernel" in names
+  return jax.tree_util.tree_map_with_path(hidden, params)
+
+
 def make_optimizer(config: ml_collections.ConfigDict,
                    schedule: Optional[optax.Schedule] = None) -> optax.GradientTransformation:
   """The optimizer for `config` (fields in the module docstring), on `schedule` when the
   caller has built it (`learning_rate_fn`: one schedule for the updates and the logs).
 
-  Order: [clip_by_global_norm] -> optimizer. Gradient accumulation happens before, in the
-  train step, so clipping and the update see the gradient of the whole batch.
+  Order: [clip_by_global_norm] -> optimizer -> [hidden_lr_scale on the blocks' kernels].
+  Gradient accumulation happens before, in the train step, so clipping and the update see the
+  gradient of the whole batch. At hidden_lr_scale 1 no transform is added, so the optimizer
+  state (and every checkpoint of it) is what it was without the field.
   """
   lr = learning_rate_fn(config) if schedule is None else schedule
   name = config.optimizer
@@ -110,6 +129,8 @@ def make_optimizer(config: ml_collections.ConfigDict,
   else:
     opt = optax.sgd(lr, momentum=config.momentum or None)
 
+  if config.hidden_lr_scale != 1:
+    opt = optax.chain(opt, optax.masked(optax.scale(config.hidden_lr_scale), _hidden_mask))
   if config.grad_clip_norm:
     opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
   return opt
