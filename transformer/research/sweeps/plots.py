@@ -26,6 +26,16 @@ def _pyplot():
   return plt
 
 
+def _save(plt, fig, out_dir: str, file_name: str) -> str:
+  """Lays `fig` out, writes it to OUT_DIR/FILE_NAME (local or gs://), closes it: the path."""
+  fig.tight_layout()
+  storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
+  path = storage.join(out_dir, file_name)
+  save_figure(fig, path, dpi=100)
+  plt.close(fig)
+  return path
+
+
 def fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: str,
               out_dir: str) -> str:
   """Log-log plot of y against x, one marker per seed, with reference slopes 1 and 2."""
@@ -58,11 +68,7 @@ def fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: 
   ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  path = storage.join(out_dir, "fit_" + slug(y_spec) + "_vs_" + short_name(x_field) + ".png")
-  save_figure(fig, path, dpi=100)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, out_dir, "fit_" + slug(y_spec) + "_vs_" + short_name(x_field) + ".png")
 
 
 def slug(spec: str) -> str:
@@ -120,11 +126,7 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
       ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
-    fig.tight_layout()
-    path = storage.join(out_dir, slug(curve.replace("/", "_")) + ".png")
-    save_figure(fig, path, dpi=100)
-    plt.close(fig)
-    paths.append(path)
+    paths.append(_save(plt, fig, out_dir, slug(curve.replace("/", "_")) + ".png"))
   return paths
 
 
@@ -172,12 +174,7 @@ def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
   title = (f"{sweep.name}: {sweep.select} against {field} per arm (mean ± std over seeds); "
            "circle = chosen, x = a seed diverged")
   fig.suptitle("\n".join(textwrap.wrap(title, 80 * len(panels))), fontsize=9)
-  fig.tight_layout()
-  storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
-  path = storage.join(out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
-  save_figure(fig, path, dpi=100)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
 
 
 def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int],
@@ -220,9 +217,4 @@ def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int]
   ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
-  path = storage.join(out_dir, f"trend_{slug(sweep.report)}_vs_{field}.png")
-  save_figure(fig, path, dpi=100)
-  plt.close(fig)
-  return path
+  return _save(plt, fig, out_dir, f"trend_{slug(sweep.report)}_vs_{field}.png")
