@@ -424,6 +424,14 @@ def test_a_trend_fits_each_seeds_difference_against_log_steps_and_finds_its_zero
   # zero: log10(x) = -a / b: 5, 5.333 (the mean line's too), 5.75
   assert [math.log10(t.zero_by_seed[s]) for s in (0, 1, 2)] == pytest.approx([5, 0.48 / 0.09, 5.75])
   assert math.log10(t.zero) == pytest.approx(0.48 / 0.09)
+  # The power law: per seed (log10 d at 10000 - at 100) / 2 over d = 0.3 -> 0.1, 0.12, 0.14
+  assert t.power[0] == pytest.approx(
+      sum(math.log10(d / 0.3) / 2 for d in (0.1, 0.12, 0.14)) / 3) and t.power[3] == 3
+  # The mean differences (0.3, 0.21, 0.12) lie on the line; the power law fitted to them is
+  # 10^(-0.7072 - 0.19897 (log10 x - 3)): 0.3103, 0.1963, 0.1241 at 100, 1000, 10000.
+  assert t.residual_line == pytest.approx(0.0, abs=1e-9)
+  assert t.residual_power == pytest.approx(
+      math.sqrt(((0.3 - 0.3103) ** 2 + (0.21 - 0.1963) ** 2 + (0.12 - 0.1241) ** 2) / 3), rel=0.02)
 
 
 def test_a_trend_that_moves_away_from_zero_has_no_zero_and_a_seed_missing_a_length_is_left_out():

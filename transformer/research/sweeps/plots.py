@@ -197,6 +197,12 @@ def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int]
     fitted = lambda x: t.intercept + t.slope[0] * np.log10(x)  # noqa: E731
     ax.plot(xs * scale, fitted(xs), "-", color=line.get_color(),
             label=f"line: {t.slope[0]:+.3f} per tenfold")
+    c, p = t.power_fit
+    if c == c:  # the other shape, over the values run and as far as the line's extension
+      far = np.geomspace(xs.min(), max(xs.max(), min(t.zero if t.zero == t.zero else 0,
+                                                      1000 * xs.max())), 40)
+      ax.plot(far * scale, c * far ** p, ":", color=line.get_color(),
+              label=f"power law: x^{p:+.2f} (never 0)")
     if t.zero == t.zero and t.zero > xs.max():
       end = min(t.zero, 1000 * xs.max())
       beyond = np.geomspace(xs.max(), end, 20)
@@ -213,7 +219,8 @@ def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int]
   title = (f"{sweep.name}: arm minus baseline, each at its own best "
            f"{short_name(sweep.tuned_field)}, against "
            + ("tokens seen" if tokens_per_unit else field)
-           + "; dots = seeds; dashed = extrapolation")
+           + "; dots = seeds; solid: a line in log x, dashed: its extrapolation; dotted: a "
+           "power law")
   ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)

@@ -200,7 +200,10 @@ def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
            "least squares. 'zero at': where the mean line (the mean of the seeds' lines) and "
            "each seed's line reach 0, a point estimate without an interval. Beyond the largest "
            f"{field} run it is an extrapolation: a line is one of many shapes that few points "
-           "fit (a power law that flattens above 0 never reaches it)."
+           "fit. The other shape: a power law d = c x^p, log d fitted per seed (seeds whose "
+           "differences are all above 0), which never reaches 0; 'RMS off' is the distance of "
+           "the mean differences from each shape fitted to them, the one hint these few points "
+           "give of which they follow."
            + (f" Tokens: {field} x {per} (batch_size x max_len, packed rows)." if per else ""),
            "", f"| arm | baseline | {field} | difference | 95% interval | seeds |",
            "|---|---|---|---|---|---|"]
@@ -208,13 +211,15 @@ def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
     lines += [f"| {t.arm} | {t.baseline} | {at(x)} | {mean:+.4f} | {_interval(low, high)} | "
               f"{len(t.by_seed)} |" for x, (mean, low, high) in sorted(t.at.items())]
   lines += ["", f"| arm | baseline | slope per tenfold {field} | 95% interval | seeds | "
-            "zero at | zero at, per seed |", "|---|---|---|---|---|---|---|"]
+            "zero at | zero at, per seed | power-law exponent p (95%, seeds) | RMS off: line, "
+            "power law |", "|---|---|---|---|---|---|---|---|---|"]
   for t in trends:
     mean, low, high, n = t.slope
     lines.append(f"| {t.arm} | {t.baseline} | {mean:+.4f} | {_interval(low, high)} | {n} | "
                  f"{_zero_cell(t.zero, t.xs, per)} | "
                  + "; ".join(f"{s}: {_zero_cell(z, t.xs, per)}" for s, z in t.zero_by_seed.items())
-                 + " |")
+                 + f" | {t.power[0]:+.3f} {_interval(t.power[1], t.power[2])}, {t.power[3]} | "
+                 f"{t.residual_line:.4f}, {t.residual_power:.4f} |")
   return lines
 
 

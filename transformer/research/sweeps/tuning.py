@@ -297,6 +297,14 @@ class Trend:
   intercept: float  # a of the mean line (the mean of the seeds' lines)
   zero: float  # x where the mean line reaches 0; NaN: it moves away from 0 or is flat
   zero_by_seed: dict[int, float]  # the same of each seed's line
+  # The other shape: d = c x^p, log d fitted per seed (seeds whose differences are all > 0);
+  # p: mean, 95% interval, seeds; and (c, p) fitted to the mean differences (NaN if one is <= 0).
+  power: tuple[float, float, float, int]
+  power_fit: tuple[float, float]
+  # RMS distance of the mean differences from the line and from the power law fitted to them
+  # (least squares, log space for the power law): which shape the points favour.
+  residual_line: float
+  residual_power: float
 
   @property
   def xs(self) -> list[float]:
@@ -336,10 +344,22 @@ def trend(sweep: Sweep, bests: list[ArmBest]) -> list[Trend]:
     full = {s: d for s, d in sorted(by_seed.items()) if len(d) == len(xs)}
     if len(xs) < 2 or not full:
       continue
-    lines = {s: np.polyfit(np.log10(xs), [d[x] for x in xs], 1) for s, d in full.items()}
+    log_x = np.log10(xs)
+    lines = {s: np.polyfit(log_x, [d[x] for x in xs], 1) for s, d in full.items()}
     intercept = float(np.mean([a for _, a in lines.values()]))
     slope = t_interval([b for b, _ in lines.values()])
+    mean = np.asarray([np.mean([d[x] for d in full.values()]) for x in xs])
+    powers = [np.polyfit(log_x, np.log10([d[x] for x in xs]), 1)[0]
+              for d in full.values() if all(d[x] > 0 for x in xs)]
+    power_fit, residual_power = (math.nan, math.nan), math.nan
+    if (mean > 0).all():
+      p, log_c = np.polyfit(log_x, np.log10(mean), 1)
+      power_fit = (float(10 ** log_c), float(p))
+      residual_power = float(np.sqrt(np.mean((mean - power_fit[0] * np.power(xs, p)) ** 2)))
+    residual_line = float(np.sqrt(np.mean((mean - (intercept + slope[0] * log_x)) ** 2)))
     out.append(Trend(arm, ref, full, {x: t_interval([d[x] for d in full.values()]) for x in xs},
                      (*slope, len(full)), intercept, _zero(intercept, slope[0], xs),
-                     {s: _zero(float(a), float(b), xs) for s, (b, a) in lines.items()}))
+                     {s: _zero(float(a), float(b), xs) for s, (b, a) in lines.items()},
+                     (*t_interval(powers), len(powers)), power_fit, residual_line,
+                     residual_power))
   return out
