@@ -38,8 +38,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     like the baseline's (the cells of a factorial design)
   trend             optional numeric axis field (num_train_steps): the paired differences at
                     each of its values read as one series per comparison, with a line in
-                    log10 of the field fitted per seed and where it would reach 0
-                    (tuning.trend); needs tune, the field alone on its axis and a contrast on
+                    log10 of the field fitted per seed and where it would reach 0, and a
+                    power law beside it (tuning.trend); needs tune, the field alone on its axis and a contrast on
                     another axis
   sensitivity_cap   optional: report each arm's learning-rate sensitivity over `tune`'s grid
                     (tuning.sensitivity), a diverged or worse run counting as this loss
