@@ -48,7 +48,9 @@ def get_sweep() -> Sweep:
       axes=(ARMS, QK_NORM),
       arm_names=tuple(f"{n}{s}" for n in NAMES for s in ("", "+qk")),
       contrast="model.qk_norm",  # each arm with QK-norm against itself without
-      pairs=tuple((f"{n}{s}", f"paper{s}") for s in ("", "+qk") for n in NAMES[1:]),
+      # Against the paper, and the sum against no scale: the same balance, 8x the input's size.
+      pairs=tuple((f"{n}{s}", f"paper{s}") for s in ("", "+qk") for n in NAMES[1:])
+      + tuple((f"scale_sum{s}", f"no_scale{s}") for s in ("", "+qk")),
       seeds=(0, 1, 2),
       confirm_seeds=(3, 4, 5),
       fresh_report=True,
