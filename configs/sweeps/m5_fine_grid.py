@@ -12,7 +12,7 @@ Arms, each against the paper by seed:
   pe_down    no scale, the PE times d^-0.5 = 1/8 (E1's winner: 0.038 nats on seeds 0-4)
   inv_dk     the paper with 1/d_k (E6: 0.029-0.051 nats better at d_k 8-64)
   pe_x2      the paper with the PE doubled, ratio 0.71 (E2: 0.045 nats worse)
-Not run yet: 56 points, about 40 minutes of both cores on the 2-core machine.
+65 runs (three edges extended by one step), about 35 minutes of both cores on the 2-core machine.
   python scripts/sweep.py --config=configs/sweeps/m5_fine_grid.py --workdir=docs/sweeps/m5_fine_grid
 """
 
