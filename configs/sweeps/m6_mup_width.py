@@ -36,6 +36,11 @@ def get_sweep() -> Sweep:
       confirm_seeds=(3, 4, 5),
       fresh_report=True,
       tune={"learning_rate": [2.5e-3, 5e-3, 1e-2, 2e-2, 4e-2]},
+      # A cut (budget): d32 and d64 lost 6.04 at 2.5e-3, over 1.9 nats above their best, so the
+      # later arms start higher; an edge still extends.
+      arm_values={"d128": [5e-3, 1e-2, 2e-2, 4e-2],
+                  "d32_global_rate": [1e-2, 2e-2, 4e-2],
+                  "d128_global_rate": [1e-2, 2e-2, 4e-2]},
       extend_edges=2,
       metrics=("eval/loss", "test/loss"),
       curves=("eval/loss",),
