@@ -55,11 +55,16 @@ def test_a_trend_plot_draws_the_extrapolation_only_towards_a_zero(tmp_path, monk
   real = plots._pyplot()
   monkeypatch.setattr(real, "subplots", lambda *a, _real=real.subplots, **kw: (
       figures.append(_real(*a, **kw)), figures[-1])[1])
-  for slope, extrapolated in ((lambda seed: -0.1 + 0.01 * seed, True), (lambda seed: 0.05, False)):
+  dotted = []
+  # The third crosses 0 (0.3, 0.1, -0.1): no power law fits it, and none is drawn; its zero
+  # (3162 steps) lies inside the lengths run, so nothing is extrapolated either.
+  for i, slope in enumerate((lambda seed: -0.1 + 0.01 * seed, lambda seed: 0.05,
+                             lambda seed: -0.2)):
     [t] = tuning.trend(sweep, tuning.best_per_arm(sweep, trend_results(slope)))
-    path = plots.trend_plot(sweep, [t], 2048, str(tmp_path / str(extrapolated)))
+    path = plots.trend_plot(sweep, [t], 2048, str(tmp_path / str(i)))
     ax = figures[-1][1]
     dashed.append(any(line.get_linestyle() == "--" for line in ax.get_lines()))
+    dotted.append(any(line.get_linestyle() == ":" for line in ax.get_lines()))
     assert ax.get_xlabel() == "tokens seen (num_train_steps x 2048)"
     assert os.path.getsize(path) > 1000
-  assert dashed == [True, False]
+  assert dashed == [True, False, False] and dotted == [True, True, False]  # its zero is inside

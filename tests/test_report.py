@@ -232,3 +232,12 @@ def test_a_trend_reports_the_difference_at_each_length_its_lines_and_a_plot(tmp_
   [plot] = [p for p in summary["plots"] if os.path.basename(p).startswith("trend_")]
   assert os.path.basename(plot) == "trend_test_loss_vs_num_train_steps.png"
   assert os.path.getsize(plot) > 1000
+  [t] = summary["trends"]
+  p, p_low, p_high, n = t.power
+  assert (f"| {p:+.3f} [{p_low:+.4f}, {p_high:+.4f}], 3 | {t.residual_line:.4f}, "
+          f"{t.residual_power:.4f} |") in text
+  # Differences that cross 0 (0.3, 0.1, -0.1) have no power law: its cells say so.
+  for r in trend_results(lambda seed: -0.2):
+    (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  sweeps.aggregate(sweep, str(tmp_path), command="CMD")
+  assert "| - (a difference is not above 0) | 0.0000, - |" in (tmp_path / "results.md").read_text()

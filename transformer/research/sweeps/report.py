@@ -218,8 +218,10 @@ def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
     lines.append(f"| {t.arm} | {t.baseline} | {mean:+.4f} | {_interval(low, high)} | {n} | "
                  f"{_zero_cell(t.zero, t.xs, per)} | "
                  + "; ".join(f"{s}: {_zero_cell(z, t.xs, per)}" for s, z in t.zero_by_seed.items())
-                 + f" | {t.power[0]:+.3f} {_interval(t.power[1], t.power[2])}, {t.power[3]} | "
-                 f"{t.residual_line:.4f}, {t.residual_power:.4f} |")
+                 + (f" | {t.power[0]:+.3f} {_interval(t.power[1], t.power[2])}, {t.power[3]} | "
+                    if t.power[3] else " | - (a difference is not above 0) | ")
+                 + f"{t.residual_line:.4f}, "
+                 + (f"{t.residual_power:.4f} |" if t.residual_power == t.residual_power else "- |"))
   return lines
 
 
