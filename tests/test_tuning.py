@@ -289,6 +289,10 @@ def test_pairs_add_comparisons_between_arms_other_than_the_baseline():
   assert paired[2].mean == pytest.approx(0.21)
   assert (paired[2].low, paired[2].high) == pytest.approx(
       sweeps.t_interval([0.2, 0.21, 0.22])[1:])
+  # A pair that repeats a baseline comparison, or itself, is reported once.
+  again = dataclasses.replace(sweep, pairs=(("c", "b"), ("b", "a"), ("c", "b")))
+  assert [(p.arm, p.baseline) for p in sweeps.paired_differences(again, bests)] == [
+      ("b", "a"), ("c", "a"), ("c", "b")]
   # An untuned sweep with pairs only: those pairs, no comparison with the first arm.
   fixed = tiny_sweep(axes=({"model.embed_scale": scales},), arm_names=("a", "b", "c"),
                      seeds=(0, 1), pairs=(("c", "b"),), report="eval/nll")
@@ -449,6 +453,11 @@ def test_a_trend_that_moves_away_from_zero_has_no_zero_and_a_seed_missing_a_leng
   for slope, zero in ((0.05, math.nan), (-1e-4, math.inf)):
     [t] = sweeps.tuning.trend(sweep, sweeps.best_per_arm(sweep, trend_results(lambda s: slope)))
     assert t.zero == zero or (math.isnan(zero) and math.isnan(t.zero))
+  # Differences that cross 0 (0.3, 0.1, -0.1) have no power law: no seed's, none on the means.
+  [t] = sweeps.tuning.trend(sweep, sweeps.best_per_arm(sweep, trend_results(lambda s: -0.2)))
+  assert t.power[3] == 0 and all(math.isnan(v) for v in (*t.power[:3], *t.power_fit,
+                                                         t.residual_power))
+  assert t.residual_line == pytest.approx(0.0, abs=1e-9)
 
 
 def test_a_trend_is_validated():

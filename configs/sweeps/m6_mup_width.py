@@ -31,7 +31,7 @@ def get_sweep() -> Sweep:
              "model.d_ff": [128, 256, 512, 128, 512],
              "hidden_lr_scale": [2.0, 1.0, 0.5, 1.0, 1.0]},),
       arm_names=("d32", "d64", "d128", "d32_global_rate", "d128_global_rate"),
-      pairs=(("d128_global_rate", "d128"),),  # d32_global_rate - d32 is a baseline row
+      pairs=(("d32_global_rate", "d32"), ("d128_global_rate", "d128")),
       fixed={"model.recipe": "mup", "test_fraction": 0.02, "split_seed": 0},
       seeds=(0, 1, 2),
       confirm_seeds=(3, 4, 5),

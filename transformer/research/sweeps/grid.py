@@ -35,7 +35,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     alone, seeds that did not choose the value (the choice's own seeds would
                     carry its selection into the figure); needs confirm_seeds
   pairs             optional further (arm, baseline) comparisons by arm name, paired by seed
-                    like the baseline's (the cells of a factorial design)
+                    like the baseline's (the cells of a factorial design); one that repeats a
+                    baseline comparison is reported once
   trend             optional numeric axis field (num_train_steps): the paired differences at
                     each of its values read as one series per comparison, with a line in
                     log10 of the field fitted per seed and where it would reach 0, and a

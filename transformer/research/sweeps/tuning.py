@@ -235,14 +235,16 @@ def _baselines(sweep: Sweep, bests: list[ArmBest]) -> dict[str, ArmBest]:
 def _compared(sweep: Sweep, bests: list[ArmBest]) -> list[tuple[ArmBest, ArmBest]]:
   """(arm, baseline) of every comparison: each arm against its baseline (see _baselines; an
   untuned sweep only with a baseline or contrast), then sweep.pairs; in a tuned sweep only
-  arms that have both chosen a value."""
+  arms that have both chosen a value. A pair that repeats an earlier comparison is listed once."""
   against_baseline = bool(bests) and bool(sweep.tune or sweep.baseline or sweep.contrast)
   baselines = _baselines(sweep, bests) if against_baseline else {}
   by_name = {b.name: b for b in bests}
   pairs = [(b, baselines.get(b.arm)) for b in bests]
   pairs += [(by_name[arm], by_name[base]) for arm, base in sweep.pairs]
-  return [(b, base) for b, base in pairs if base is not None and base is not b
+  kept = [(b, base) for b, base in pairs if base is not None and base is not b
           and not (sweep.tune and (b.best is None or base.best is None))]
+  names = [(b.name, base.name) for b, base in kept]
+  return [p for i, p in enumerate(kept) if names[i] not in names[:i]]
 
 
 def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
