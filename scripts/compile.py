@@ -1,11 +1,12 @@
 """Compiles the train step for an accelerator that is not attached and reports its memory,
-FLOPs, collectives and a roofline estimate (transformer/research/compile_report.py):
+FLOPs, HBM traffic, collectives and roofline estimates (transformer/research/compile_report.py):
 
   python scripts/compile.py --config=configs/big.py --target=v5e:4x4 --config.model.dtype=bfloat16
 
 --table=DIR compiles every row of the README's table missing from DIR (one JSON a row) and
 writes DIR/table.md; with --aggregate_only it only rebuilds table.md from the JSON files.
-Needs libtpu for TPU targets: pip install -e '.[tpu]'.
+Needs libtpu for TPU targets (pip install -e '.[tpu]') and jax's CUDA plugin for h100:N and
+h200:N (docs/speed.md).
 """
 
 import json
@@ -21,7 +22,9 @@ from transformer.research import compile_report  # noqa: E402
 from transformer.training import experiment  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-_TARGET = flags.DEFINE_string("target", "v5e:4x4", "A TPU topology (v5e:4x4, v4:2x2x1, ...) or h100:N.")
+_TARGET = flags.DEFINE_string(
+    "target", "v5e:4x4", "A TPU topology (v5e:4x4, v4:2x2x1, ...), or h100:N or h200:N (N GPUs "
+    "in one host).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON report here too.")
 _TABLE = flags.DEFINE_string("table", None, "Build the README's table in this directory.")
 _AGGREGATE_ONLY = flags.DEFINE_bool("aggregate_only", False, "With --table: no compiling.")

@@ -1,5 +1,6 @@
 """Scaled dot-product attention against a plain numpy reference, masks, the variance argument."""
 
+import functools
 import math
 
 import jax
@@ -115,8 +116,132 @@ def _module_reference(cfg, params, x, kv, mask):
 def test_cudnn_without_a_gpu_is_one_clear_line():
   q = jnp.ones((1, 4, 2, 8))
   with pytest.raises(ConfigError, match="attention_impl='cudnn' needs NVIDIA GPUs, and JAX runs "
-                     "on cpu; use 'xla' or 'einsum'."):
+                     "on cpu; use 'auto', 'xla' or 'einsum'."):
     attention.dot_product_attention(q, q, q, implementation="cudnn")
+
+
+def test_cudnn_in_float32_is_one_clear_line(monkeypatch):
+  monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+  q = jnp.ones((1, 4, 2, 8), jnp.float32)
+  with pytest.raises(ConfigError, match=r"^attention_impl='cudnn' computes in bfloat16 or float16, "
+                     r"and this model computes in float32; set --config.model.dtype=bfloat16 or "
+                     r"use attention_impl='auto'.$"):
+    attention.dot_product_attention(q, q, q, implementation="cudnn")
+  assert attention.resolve_implementation("cudnn", jnp.bfloat16) == "cudnn"
+
+
+@pytest.mark.parametrize("platform, dtype, kernel", [
+    ("cpu", jnp.float32, "einsum"), ("cpu", jnp.bfloat16, "einsum"),
+    ("gpu", jnp.bfloat16, "cudnn"), ("gpu", jnp.float16, "cudnn"), ("gpu", jnp.float32, "einsum"),
+    ("rocm", jnp.bfloat16, "einsum")])  # a TPU: the test below
+def test_auto_picks_the_kernel_of_the_chip(monkeypatch, platform, dtype, kernel):
+  monkeypatch.setattr(attention, "target_platform", lambda: platform)
+  assert attention.resolve_implementation("auto", dtype) == kernel
+  assert attention.resolve_implementation("einsum", dtype) == "einsum"  # a named one is kept
+
+
+def test_auto_is_the_einsum_path_on_this_cpu_and_the_default():
+  assert attention.target_platform() == "cpu"
+  assert ModelConfig().attention_impl == "auto"
+  q, k, v = _qkv()
+  mask = jnp.asarray(_mask_with_empty_rows())
+  np.testing.assert_array_equal(
+      attention.dot_product_attention(q, k, v, mask=mask, implementation="auto"),
+      attention.dot_product_attention(q, k, v, mask=mask, implementation="einsum"))
+
+
+def test_auto_takes_splash_on_a_tpu_only_where_it_can_run_per_device(monkeypatch, devices):
+  """A Mosaic kernel is not partitioned by XLA: with several chips and no mesh in context
+  (a caller outside the train step) 'auto' is the einsum path; with the mesh, splash."""
+  monkeypatch.setattr(attention, "target_platform", lambda: "tpu")
+  assert jax.device_count() == 8
+  assert attention.resolve_implementation("auto", jnp.bfloat16) == "einsum"
+  with jax.set_mesh(jax.sharding.Mesh(np.array(devices).reshape(4, 2), ("data", "fsdp"))):
+    assert attention.resolve_implementation("auto", jnp.bfloat16) == "splash"
+
+
+def test_splash_on_a_gpu_is_one_clear_line(monkeypatch):
+  monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+  with pytest.raises(ConfigError, match="attention_impl='splash' is the TPU's kernel"):
+    attention.resolve_implementation("splash", jnp.bfloat16)
+
+
+def test_the_kernel_a_step_runs_names_the_einsum_fallbacks(monkeypatch):
+  monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+  cfg = ModelConfig(dtype="bfloat16")
+  assert attention.step_kernel(cfg) == "cudnn"
+  assert attention.step_kernel(cfg.replace(attn_logit_softcap=5.0)) == "einsum"
+  assert attention.step_kernel(cfg.replace(attention_dropout_rate=0.1)) == "einsum"
+
+
+def _segment_batch(b=2, lq=20, lk=20, packed=False, causal=False):
+  """A SegmentMask like the model's: padded rows, or packed rows of several segments."""
+  q_valid = np.ones((b, lq), bool)
+  kv_valid = np.ones((b, lk), bool)
+  q_valid[0, lq - 6:] = False  # padding at the end
+  q_valid[1, lq - 1:] = False  # a padding query whose keys hold no padding (cross)
+  kv_valid[0, lk - 3:] = False
+  q_seg = kv_seg = None
+  if packed:
+    q_seg = np.where(q_valid, 1 + (np.arange(lq) >= lq // 2), 0)
+    kv_seg = np.where(kv_valid, 1 + (np.arange(lk) >= lk // 3), 0)
+  return attention.segment_mask(jnp.asarray(q_valid), jnp.asarray(kv_valid), causal=causal,
+                                q_segmentation=None if q_seg is None else jnp.asarray(q_seg),
+                                kv_segmentation=None if kv_seg is None else jnp.asarray(kv_seg))
+
+
+def test_a_segment_mask_is_make_attention_masks_mask():
+  q_valid = jnp.array([[True, True, True, False]])
+  seg = jnp.array([[1, 1, 2, 0]])
+  for kwargs in ({}, {"causal": True}, {"q_segmentation": seg, "kv_segmentation": seg}):
+    np.testing.assert_array_equal(
+        attention.segment_mask(q_valid, q_valid, **kwargs).dense(),
+        attention.make_attention_mask(q_valid, q_valid, **kwargs))
+
+
+@pytest.mark.parametrize("dtype, atol", [(jnp.float32, 2e-5), (jnp.bfloat16, 3e-2)])
+@pytest.mark.parametrize("case", ["padding", "causal", "packed", "packed_causal", "cross",
+                                  "softcap"])
+def test_splash_in_interpret_mode_equals_the_einsum_path(dtype, atol, case):
+  """Pallas splash attention (the TPU kernel, interpreted on this CPU): outputs and gradients
+  equal the einsum path's, for the masks the models make."""
+  lk = 13 if case == "cross" else 20
+  mask = _segment_batch(lk=lk, packed=case.startswith("packed") or case == "cross",
+                        causal=case.endswith("causal") or case == "causal")
+  softcap = 2.0 if case == "softcap" else None
+  q, k, v = (jnp.asarray(a, dtype) for a in _qkv(b=2, lq=20, lk=lk, h=2, d=16))
+
+  def loss(impl, q, k, v):
+    out = attention.dot_product_attention(q, k, v, mask=mask, softcap=softcap,
+                                          implementation=impl)
+    return jnp.sum(out.astype(jnp.float32) * jnp.cos(jnp.arange(16.0))), out
+
+  grads = {}
+  for impl in ("splash", "einsum"):
+    (_, out), g = jax.value_and_grad(functools.partial(loss, impl), argnums=(0, 1, 2),
+                                     has_aux=True)(q, k, v)
+    grads[impl] = (out, *g)
+    assert out.dtype == dtype and all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in g)
+  for a, b in zip(grads["splash"], grads["einsum"]):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=atol)
+  # Padding queries give zeros, as on the einsum path.
+  assert np.all(np.asarray(grads["splash"][0], np.float32)[0, -6:] == 0)
+
+
+@pytest.mark.parametrize("batch", [8, 3])  # split over the 8 devices, or whole on each
+def test_splash_under_a_mesh_runs_per_device_and_equals_the_einsum_path(devices, batch):
+  """Under the train step's mesh the kernel runs in a shard_map over the batch's devices; a
+  batch that does not split (init's one row) runs whole on every device."""
+  mesh = jax.sharding.Mesh(np.array(devices).reshape(4, 2), ("data", "fsdp"))
+  mask = _segment_batch(b=batch, packed=True, causal=True)
+  q, k, v = (jnp.asarray(a) for a in _qkv(b=batch, lq=20, lk=20, h=2, d=16))
+  with jax.set_mesh(mesh):
+    fn = jax.jit(functools.partial(attention.dot_product_attention, implementation="splash"))
+    text = fn.lower(q, k, v, mask=mask).as_text()
+    out = fn(q, k, v, mask=mask)
+  assert "shard_map" in text or "sdy.manual_computation" in text
+  np.testing.assert_allclose(out, attention.dot_product_attention(
+      q, k, v, mask=mask, implementation="einsum"), atol=2e-5)
 
 
 def test_attention_dropout_drops_weights():
@@ -124,7 +249,7 @@ def test_attention_dropout_drops_weights():
   out = attention.dot_product_attention(q, k, v, dropout_rate=0.5,
                                         dropout_rng=jax.random.PRNGKey(0))
   assert not np.allclose(out, attention.dot_product_attention(q, k, v), atol=1e-3)
-  with pytest.raises(ValueError, match="implementation"):
+  with pytest.raises(ConfigError, match=r"attention_impl='flash' is not one of \['auto'"):
     attention.dot_product_attention(q, k, v, implementation="flash")
 
 
@@ -150,7 +275,8 @@ def test_multihead_module_matches_reference_for_every_mode(attention_scale, qk_n
 
 
 @pytest.mark.parametrize("use_bias, qk_norm, implementation", [
-    (True, "none", "einsum"), (False, "rmsnorm", "einsum"), (True, "none", "xla")])
+    (True, "none", "einsum"), (False, "rmsnorm", "einsum"), (True, "none", "xla"),
+    (True, "none", "splash")])
 def test_decoding_steps_through_the_cache_equal_causal_self_attention(use_bias, qk_norm,
                                                                      implementation):
   cfg = ModelConfig(d_model=16, num_heads=2, use_bias=use_bias, qk_norm=qk_norm, posemb="rope",
@@ -159,7 +285,7 @@ def test_decoding_steps_through_the_cache_equal_causal_self_attention(use_bias, 
   x = jnp.asarray(np.random.default_rng(4).normal(size=(batch, length, 16)), jnp.float32)
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
   valid = jnp.ones((batch, length), bool)
-  causal = attention.make_attention_mask(valid, valid, causal=True)
+  causal = attention.segment_mask(valid, valid, causal=True)  # as the models hand it over
   module = attention.MultiHeadAttention(cfg, self_attention=True)
   params = module.init(jax.random.PRNGKey(0), x, x, causal, q_positions=positions,
                        kv_positions=positions)["params"]

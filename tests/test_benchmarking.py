@@ -16,6 +16,35 @@ def test_matmul_peak_is_positive(devices):
   assert benchmarking.matmul_peak("float32", n=128, repeats=1, devices=devices[:2]) > 0
 
 
+@pytest.mark.parametrize("kind, dtype, peak", [
+    ("NVIDIA H200", "bfloat16", 989e12), ("NVIDIA H200", "float32", 495e12),  # TF32
+    ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12), ("NVIDIA A100-SXM4-80GB", "float32", 156e12),
+    ("TPU v5 lite", "bfloat16", 197e12), ("TPU v5 lite", "float32", 197e12),  # one bf16 pass
+    ("TPU v5", "bfloat16", 459e12), ("TPU v6 lite", "bfloat16", 918e12), ("TPU v4", "float32", 275e12)])
+def test_mfu_divides_by_the_published_peak_of_the_chip_and_dtype(kind, dtype, peak):
+  got = benchmarking.mfu_figures(0.3 * 4 * peak, kind, 4, dtype, measured_peak=1e9)
+  assert got["mfu"] == pytest.approx(0.3) and got["mfu_peak_tflops"] == pytest.approx(4 * peak / 1e12)
+  assert got["mfu_peak_source"].startswith("published peak of 4 x ")
+
+
+@pytest.mark.parametrize("kind", ["NVIDIA H200", "TPU v5 lite", "cpu"])
+def test_mfu_is_never_above_one(kind):
+  """A faked chip whose step would beat its peak (the H200's 166% a 2048 matmul chain gave):
+  no MFU is printed, and the note says why."""
+  for achieved in (1e12, 1e15, 1e18):
+    got = benchmarking.mfu_figures(achieved, kind, 1, "bfloat16", measured_peak=5e13)
+    assert got["mfu"] is None or 0 < got["mfu"] <= 1
+    assert (got["mfu"] is None) == ("mfu_note" in got)
+  assert benchmarking.mfu_figures(1e18, kind, 1, "bfloat16", 5e13)["mfu_note"].startswith(
+      "the model's 1e+06 TFLOP/s exceed the peak")
+
+
+def test_a_chip_without_published_figures_is_divided_by_the_measured_peak():
+  got = benchmarking.mfu_figures(2e10, "cpu", 1, "float32", measured_peak=1e11)
+  assert got["mfu"] == pytest.approx(0.2)
+  assert got["mfu_peak_source"] == "measured matmul peak (cpu has no published peak in chips.CHIPS)"
+
+
 def test_benchmark_script_reports_every_mode(tmp_path):
   """scripts/benchmark.py end to end on a tiny config: one JSON with every mode's figures."""
   out = tmp_path / "bench.json"
@@ -32,6 +61,8 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   result = json.loads(out.read_text())
   assert result["mfu"] > 0 and result["compile_seconds"] > 0 and result["eval_tokens_per_sec"] > 0
+  assert result["mfu_peak_source"].startswith("measured matmul peak (cpu")
+  assert result["attention_kernel"] == "einsum"  # 'auto' on a CPU
   diag = result["diagnostics"]
   assert diag["every_steps"] == 2 and diag["seconds_with"] > 0 and diag["seconds_without"] > 0
   assert diag["overhead"] == pytest.approx(diag["seconds_with"] / diag["seconds_without"] - 1)

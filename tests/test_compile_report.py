@@ -71,8 +71,18 @@ def test_a_tiny_config_compiled_for_a_tpu_topology_reports_hand_values(reports, 
   kinds = set(report["collectives"])
   assert "all-reduce" in kinds or "reduce-scatter" in kinds  # the gradient
   assert ("all-gather" in kinds) == (fsdp > 1)  # FSDP gathers its weights
-  assert report["fits"] and 0 < report["mfu_estimate"] < 1
+  assert report["fits"]
+  step, mfu = report["step_seconds_estimate"], report["mfu_estimate"]
+  terms = [t for t in report["roofline_seconds"].values() if t is not None]
+  assert step == {"overlapped": max(terms), "serial": pytest.approx(sum(terms))}
+  assert 0 < mfu["serial"] < mfu["overlapped"] <= 1
   assert "cloud.google.com/tpu/docs/v5e" in compile_report.format_report(report)
+  # 'auto' is the Pallas kernel on a TPU, compiled from this CPU host; its FLOPs are hidden
+  # from XLA, so the roofline takes the analytic count, and no score array reaches HBM.
+  assert report["attention_kernel"] == "splash" and flops["roofline"] == "analytic"
+  assert report["roofline_seconds"]["compute"] == pytest.approx(flops["analytic"] / 197e12)
+  assert report["big_float32_buffers"] == {"scores": 0, "logits": 0}
+  assert 0 < report["hbm_traffic_per_device"] < report["bytes_accessed_per_device"]
 
 
 def test_fsdp_splits_the_state_and_the_table_has_a_line_a_report(reports):
@@ -100,6 +110,83 @@ def test_collectives_are_counted_with_the_bytes_of_their_results():
       "reduce-scatter": {"count": 1, "bytes": 15 * 4}}
 
 
+@pytest.mark.parametrize("batch", [8, 1])
+def test_auto_is_splash_on_a_tpu_slice_and_compiles_for_any_batch(tpu, batch):
+  """With the slice's mesh in context 'auto' is splash, and the kernel compiles for it whether
+  the batch splits over the chips or not (init's one row): a Mosaic kernel outside a
+  shard_map would not compile on several devices."""
+  from transformer import attention
+  from transformer.training import sharding
+  devices, _ = compile_report.target_devices(TARGET)
+  mesh = sharding.make_mesh(devices, 1)
+  rows = sharding.batch_sharding(mesh) if batch % 4 == 0 else sharding.replicated(mesh)
+  qkv = jax.ShapeDtypeStruct((batch, 256, 2, 128), jax.numpy.bfloat16, sharding=rows)
+  ids = jax.ShapeDtypeStruct((batch, 256), jax.numpy.int32, sharding=rows)
+
+  def attend(q, k, v, ids):
+    mask = attention.SegmentMask(ids, ids, causal=True)
+    return attention.dot_product_attention(q, k, v, mask=mask, implementation="auto")
+
+  with jax.set_mesh(mesh):
+    assert attention.resolve_implementation("auto", "bfloat16") == "splash"
+    compiled = jax.jit(attend).lower(qkv, qkv, qkv, ids).compile()
+  assert "tpu_custom_call" in compiled.as_text()
+
+
+def test_hbm_traffic_counts_what_top_level_ops_read_and_write_in_hbm():
+  hlo = """
+HloModule m
+
+%fused_computation.1 (p: f32[4,8]) -> f32[4,8] {
+  %p = f32[4,8]{1,0} parameter(0)
+  ROOT %big = f32[4,8]{1,0} multiply(%p, %p)
+}
+
+ENTRY %main (a: f32[4,8], b: bf16[16]) -> (f32[4,8], bf16[16]) {
+  %a = f32[4,8]{1,0} parameter(0)
+  %b = bf16[16]{0} parameter(1)
+  %fusion.1 = f32[4,8]{1,0} fusion(%a), kind=kLoop, calls=%fused_computation.1
+  %copy-start = (bf16[16]{0:S(1)}, bf16[16]{0}, u32[]) copy-start(%b)
+  %copy-done = bf16[16]{0:T(128)S(1)} copy-done(%copy-start)
+  %neg = bf16[16]{0:T(128)S(1)} negate(%copy-done)
+  %gte = f32[4,8]{1,0} get-tuple-element(%t), index=0
+  %sl = f32[1,8]{1,0} slice(%a), slice={[0:1], [0:8]}
+  %sls = ((f32[4,8]{1,0}), f32[2,8]{1,0:S(1)}, s32[]{:S(2)}) slice-start(%a), slice={[0:2], [0:8]}
+  %sld = f32[2,8]{1,0:S(1)} slice-done(%sls)
+  ROOT %t = (f32[4,8]{1,0}, bf16[16]{0:T(128)S(1)}) tuple(%fusion.1, %neg)
+}
+"""
+  # fusion: reads a (128 B), writes 128 B; copy-start reads b from HBM (32 B); the copy's
+  # result and the negate live on chip (S(1)); a slice reads and writes its 32 B, the async
+  # one reads its 64 B into VMEM; the fusion body, tuples and views count nothing.
+  assert compile_report.hbm_traffic(hlo) == 128 + 128 + 32 + 2 * 32 + 64
+  assert compile_report.big_float32_buffers(hlo, 8, 99) == {"scores": 0, "logits": 0}
+  scores = hlo.replace("f32[4,8]", "f32[2,8,8]")
+  assert compile_report.big_float32_buffers(scores, 8, 99) == {"scores": 1, "logits": 0}
+  # Operands printed with their shapes (TPU layouts hold parentheses) are read the same, a
+  # `call`'s body (XLA:GPU's command buffers) is top level, and an in-place
+  # dynamic-update-slice reads and writes its update.
+  shaped = hlo.replace("fusion(%a)", "fusion(f32[4,8]{1,0:T(8,128)(2,1)} %a)")
+  assert compile_report.hbm_traffic(shaped) == compile_report.hbm_traffic(hlo)
+  gpu = """
+%command_buffer (p: f32[4,8]) -> f32[4,8] {
+  %p = f32[4,8]{1,0} parameter(0)
+  ROOT %k = f32[4,8]{1,0} fusion(%p), kind=kLoop, calls=%fused_computation.1
+}
+
+ENTRY %main (a: f32[4,8], u: f32[1,8]) -> f32[4,8] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %u = f32[1,8]{1,0} parameter(1)
+  %c = f32[4,8]{1,0} call(%a), to_apply=%command_buffer
+  ROOT %d = f32[4,8]{1,0} dynamic-update-slice(%c, %u, %i, %j)
+}
+"""
+  assert compile_report.hbm_traffic(gpu) == 128 + 128 + 2 * 32
+  logits = hlo.replace("f32[4,8]", "f32[2,4,8]")
+  assert compile_report.big_float32_buffers(logits, 4, 8) == {"scores": 0, "logits": 1}
+  assert compile_report.big_float32_buffers(hlo, 3, 8) == {"scores": 0, "logits": 0}  # a weight
+
+
 @pytest.mark.parametrize("target,kind", [("v4:2x2x1", "TPU v4"), ("v5p:2x2x1", "TPU v5"),
                                          ("v5e:2x2", "TPU v5 lite")])
 def test_one_device_is_one_chip_whose_published_figures_apply(tpu, target, kind):
@@ -113,11 +200,15 @@ def test_an_unknown_target_is_one_line():
     compile_report.target_devices("v9x:2x2")
 
 
-def test_an_h100_host_compiles_without_a_gpu_and_its_arguments_are_the_state_and_rows():
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_a_gpu_host_compiles_without_a_gpu_and_its_arguments_are_the_state_and_rows(gpu):
   if importlib.util.find_spec("jax_cuda12_plugin") is None:
-    pytest.skip("jax's CUDA plugin is not installed (pip install jax-cuda12-plugin "
-                "jax-cuda12-pjrt): no GPU compiler here")
-  report = compile_report.compile_report(_tiny(4), "h100:4")
+    pytest.skip(f"jax's CUDA plugin is not installed (pip install 'jax-cuda12-plugin=="
+                f"{jax.__version__}' 'jax-cuda12-pjrt=={jax.__version__}'): no GPU compiler here")
+  report = compile_report.compile_report(_tiny(4), f"{gpu}:4")
+  # 'auto' in bf16 on an NVIDIA GPU is cuDNN's kernel, which JAX lowers only with a GPU
+  # attached: compiled from a CPU host, the report says it compiled the einsum path instead.
+  assert report["attention_kernel"] == "einsum (cuDNN's kernel compiles only with a GPU attached)"
   cfg = experiment.model_config(_tiny(4), 512)
   params = jax.eval_shape(lambda: experiment.build_model(_tiny(4), cfg).init(
       jax.random.PRNGKey(0), np.ones((1, 32), np.int32), np.ones((1, 32), np.int32)))["params"]

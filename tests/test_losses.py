@@ -1,5 +1,6 @@
 """cross_entropy against a direct numpy computation; masking, smoothing, z-loss, dtypes."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -93,6 +94,55 @@ def test_bf16_logits_give_float32():
     assert a.dtype == jnp.float32
   ref = _reference(np.asarray(jnp.asarray(logits, jnp.bfloat16), np.float32), targets, 0.1, 1e-4)
   np.testing.assert_allclose(out.loss_sum, ref["loss_sum"], rtol=1e-5)
+
+
+def _plain_cross_entropy(logits, targets, eps, z):
+  """The loss written with autodiff's own gradient (no custom backward): the reference."""
+  x = logits.astype(jnp.float32)
+  log_p = jax.nn.log_softmax(x)
+  q = jnp.where(jnp.arange(V) == targets[..., None], 1.0 - eps, eps / (V - 1))
+  entropy = -jnp.sum(jnp.where(q > 0, q * jnp.log(q), 0.0), -1)
+  log_z = jax.nn.logsumexp(x, -1)
+  w = (targets > 0).astype(jnp.float32)
+  return jnp.sum(w * (-jnp.sum(q * log_p, -1) - entropy + z * log_z ** 2))
+
+
+@pytest.mark.parametrize("eps,z", [(0.0, 0.0), (0.1, 0.0), (0.1, 1e-2)])
+def test_gradient_equals_autodiffs(eps, z):
+  logits, targets = _batch(1)
+  for dtype, tol in ((jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)):  # bf16: the lean backward
+    x = jnp.asarray(logits, dtype)
+    got = jax.grad(lambda x: losses.cross_entropy(x, jnp.asarray(targets), label_smoothing=eps,
+                                                  z_loss=z).loss_sum)(x)
+    want = jax.grad(_plain_cross_entropy)(x, jnp.asarray(targets), eps, z)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                               rtol=tol, atol=tol)
+  # Every statistic carries its own gradient (a loss of nll and log Z alone, too).
+  stats = lambda x: sum(s.sum() * c for s, c in zip(  # noqa: E731
+      losses.lean_logit_statistics(x, jnp.asarray(targets)), (0.3, -1.1, 0.7)))
+  plain = lambda x: (0.3 * jax.nn.logsumexp(x, -1).sum() - 1.1 * jnp.take_along_axis(  # noqa: E731
+      x, jnp.asarray(targets)[..., None], -1).sum() + 0.7 * x.sum())
+  np.testing.assert_allclose(jax.grad(stats)(jnp.asarray(logits)),
+                             jax.grad(plain)(jnp.asarray(logits)), rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_logits_are_kept_for_the_backward_pass_without_a_float32_copy():
+  """What the backward pass keeps of [B, L, V] is the bf16 logits; in float32 only [B, L]."""
+  logits, targets = _batch()
+  loss = lambda x: losses.cross_entropy(x, jnp.asarray(targets), label_smoothing=0.1,  # noqa: E731
+                                        z_loss=1e-4).loss_sum
+  _, backward = jax.vjp(loss, jnp.asarray(logits, jnp.bfloat16))
+  kept = [x for x in jax.tree_util.tree_leaves(backward) if hasattr(x, "dtype")]
+  assert any(x.shape == (B, L, V) and x.dtype == jnp.bfloat16 for x in kept)
+  assert all(x.size < B * L * V for x in kept if x.dtype == jnp.float32)
+  (grad,) = backward(jnp.float32(1.0))
+  assert grad.dtype == jnp.bfloat16
+  # The plain float32 formulation keeps a float32 [B, L, V] array: what this avoids.
+  _, plain = jax.vjp(lambda x: _plain_cross_entropy(x, jnp.asarray(targets), 0.1, 1e-4),
+                     jnp.asarray(logits, jnp.bfloat16))
+  assert any(x.shape == (B, L, V) and x.dtype == jnp.float32
+             for x in jax.tree_util.tree_leaves(plain) if hasattr(x, "dtype"))
 
 
 def test_accuracy_and_summary():

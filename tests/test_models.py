@@ -207,8 +207,8 @@ def test_bf16_compute_keeps_float32_params():
   variables = model.init(jax.random.PRNGKey(0), tokens(0, (1, 6)), tokens(1, (1, 5)))
   assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(variables))
   logits = model.apply(variables, tokens(0, (1, 6)), tokens(1, (1, 5)))
-  # The logits' products are summed in float32 for the loss's log-softmax.
-  assert logits.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(logits)))
+  # The logits stay in the compute dtype (the loss reads them in float32, without a copy).
+  assert logits.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(logits, np.float32)))
 
 
 def test_post_ln_input_scale_acts_only_as_the_first_attention_temperature():
@@ -252,3 +252,35 @@ def test_one_interface_serves_both_models(cls):
   # The first step of the cache is the first position of the full forward pass.
   full = models.apply_model(model, params, batch)
   np.testing.assert_allclose(logits, full[:, 0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_cls", [Transformer, DecoderOnly])
+def test_the_splash_kernel_computes_what_the_einsum_path_computes(model_cls):
+  """The models hand attention a SegmentMask: the TPU kernel (interpreted here) takes it as
+  segment ids and causal-ness, and the model's logits and gradients equal the einsum path's,
+  on a packed batch with padding."""
+  rng = np.random.default_rng(5)
+  targets = rng.integers(3, V, (2, 12)).astype(np.int32)
+  targets[1, 9:] = 0
+  segmentation = np.where(targets > 0, 1 + (np.arange(12) >= 5), 0).astype(np.int32)
+  position = np.where(segmentation > 0, np.arange(12) - 5 * (np.arange(12) >= 5), 0)
+  batch = {"targets": targets, "targets_segmentation": segmentation,
+           "targets_position": position.astype(np.int32)}
+  if model_cls is Transformer:
+    source_segment = np.where(np.arange(10) < 6, 1, 2)  # two source segments a row
+    batch.update(inputs=rng.integers(3, V, (2, 10)).astype(np.int32),
+                 inputs_segmentation=np.broadcast_to(source_segment, (2, 10)).astype(np.int32),
+                 inputs_position=np.broadcast_to(np.arange(10) - 6 * (source_segment - 1),
+                                                 (2, 10)).astype(np.int32))
+  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  out = {}
+  for impl in ("einsum", "splash"):
+    model = model_cls(tiny(num_encoder_layers=1, num_decoder_layers=1, attention_impl=impl,
+                           dropout_rate=0.0))
+    params = models.init_params(model, jax.random.PRNGKey(0), batch)
+    loss = lambda p: jnp.sum(jnp.sin(models.apply_model(model, p, batch)))  # noqa: E731
+    out[impl] = (models.apply_model(model, params, batch), jax.grad(loss)(params))
+  np.testing.assert_allclose(out["splash"][0], out["einsum"][0], atol=1e-4)
+  for a, b in zip(jax.tree_util.tree_leaves(out["splash"][1]),
+                  jax.tree_util.tree_leaves(out["einsum"][1])):
+    np.testing.assert_allclose(a, b, atol=1e-4)

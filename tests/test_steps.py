@@ -1,6 +1,7 @@
 """Train and eval steps: SPMD over 8 devices equals 1 device; accumulation equals one big batch."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -184,8 +185,9 @@ def test_chunked_loss_equals_the_whole_loss(devices, model_cls):
 
 
 def test_bfloat16_computes_in_bfloat16_on_float32_params_and_state(devices):
-  """Mixed precision: matmuls take bf16 operands; params, Adam's moments, the logits and
-  the loss stay float32; a step lands near the float32 step."""
+  """Mixed precision: matmuls take bf16 operands; params, Adam's moments and the loss stay
+  float32, the logits stay bf16 (the loss reads them in float32); a step lands near the
+  float32 step."""
   model32, tx, lr_fn = _setup()
   model16 = Transformer(model32.config.replace(dtype="bfloat16", dropout_rate=0.0))
   model32 = Transformer(model32.config.replace(dropout_rate=0.0))
@@ -194,13 +196,43 @@ def test_bfloat16_computes_in_bfloat16_on_float32_params_and_state(devices):
   assert {x.dtype for x in jax.tree_util.tree_leaves((state.params, state.opt_state))
           if x.ndim} == {jnp.dtype("float32")}
   from transformer.models import apply_model
-  assert apply_model(model16, state.params, batch).dtype == jnp.float32
-  jaxpr = str(jax.make_jaxpr(lambda p: apply_model(model16, p, batch))(state.params))
-  assert "bf16" in jaxpr and "preferred_element_type=float32" in jaxpr
+  assert apply_model(model16, state.params, batch).dtype == jnp.bfloat16
+  assert apply_model(model32, state.params, batch).dtype == jnp.float32
   out = {}
   for name, model in (("bf16", model16), ("f32", model32)):
     new, metrics = jax.jit(steps.make_train_step(model, tx, lr_fn))(state, batch,
                                                                      jax.random.PRNGKey(1))
     out[name] = float(metrics["loss_sum"] / metrics["weight_sum"])
+    assert metrics["loss_sum"].dtype == jnp.float32
     assert {x.dtype for x in jax.tree_util.tree_leaves(new.params)} == {jnp.dtype("float32")}
   assert out["bf16"] == pytest.approx(out["f32"], rel=2e-2)
+
+
+_DOT = re.compile(r"stablehlo\.dot_general .*: \(tensor<[^>]*x(\w+)>, tensor<[^>]*x(\w+)>\)")
+
+
+def _matmul_operand_types(model, tx, lr_fn, batch):
+  """(lhs, rhs) element types of every dot_general of the lowered train step (fwd + bwd)."""
+  state = steps.init_state(model, tx, jax.random.PRNGKey(0), batch)
+  text = jax.jit(steps.make_train_step(model, tx, lr_fn, label_smoothing=0.1, z_loss=1e-4)).lower(
+      state, batch, jax.random.PRNGKey(1)).as_text()
+  return [m.groups() for m in map(_DOT.search, text.splitlines()) if m]
+
+
+@pytest.mark.parametrize("model_cls", [Transformer, DecoderOnly])
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_bfloat16_step_has_no_float32_matmul(model_cls, tied):
+  """No matmul of the forward or backward pass (attention logits, output projection, tied
+  embedding included) runs float32 x float32 in a bf16 step: a float32 result asked of a
+  bf16 einsum makes its backward matmuls float32 x float32 (jax-ml/jax#24047)."""
+  _, tx, lr_fn = _setup()
+  cfg = ModelConfig(vocab_size=30, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
+                    num_decoder_layers=1, max_len=12, dtype="bfloat16", logits_via_embedding=tied,
+                    share_embeddings=tied, logits_scale="inv_sqrt_d")
+  batch = {k: jnp.asarray(v) for k, v in _batches(1)[0].items()}
+  types = _matmul_operand_types(model_cls(cfg), tx, lr_fn, batch)
+  assert len(types) > 20  # the parse found the step's matmuls
+  assert set(types) == {("bf16", "bf16")}
+  # The same parse sees float32 matmuls where there are some: the float32 model's.
+  assert set(_matmul_operand_types(model_cls(cfg.replace(dtype="float32")), tx, lr_fn,
+                                   batch)) == {("f32", "f32")}

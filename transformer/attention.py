@@ -5,18 +5,23 @@ The attention knobs act here and nowhere else:
                      'learned' (one temperature per head, initialised at d_k^-0.5)
   qk_norm            normalise q and k per head before the scale ('layernorm', 'rmsnorm', 'l2')
   attn_logit_softcap logits -> cap * tanh(logits / cap) (Gemma 2)
+  attention_impl     the kernel: 'auto' picks per chip (`resolve_implementation`)
 Arrays use the layout of `jax.nn.dot_product_attention`: [batch, length, heads, head_dim].
-Masks are boolean, True = may attend, broadcastable to [batch, heads, q_len, kv_len].
+Masks are boolean, True = may attend, broadcastable to [batch, heads, q_len, kv_len], or a
+`SegmentMask` (the same mask kept as its factors, which the fused kernels take instead).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.sharding import PartitionSpec
 
 from transformer import positional
 from transformer.config import MODES, ModelConfig, resolve_scale
@@ -39,6 +44,48 @@ def make_attention_mask(q_valid: jax.Array, kv_valid: jax.Array, *, causal: bool
   return mask[:, None, :, :]
 
 
+@struct.dataclass
+class SegmentMask:
+  """A batch's attention mask kept as its factors: query i may attend key j iff
+  q_segments[i] == kv_segments[j] != 0 (and i >= j when causal).
+
+  Segment 0 is padding; an unpacked row is segment 1 where it holds tokens. A fused kernel
+  takes these ([B, L] ids, a flag) instead of a [B, 1, Lq, Lk] array; `dense` is that array.
+  packed: rows may hold several segments, numbered from 1. Unpacked rows are tokens, then
+  padding (as every pipeline here makes them): cuDNN reads them as lengths.
+  """
+  q_segments: jax.Array  # int32[B, Lq]
+  kv_segments: jax.Array  # int32[B, Lk]
+  causal: bool = struct.field(pytree_node=False, default=False)
+  packed: bool = struct.field(pytree_node=False, default=False)
+
+  def dense(self) -> jax.Array:
+    """bool[B, 1, Lq, Lk], as `make_attention_mask` makes it."""
+    return make_attention_mask(self.q_segments > 0, self.kv_segments > 0, causal=self.causal,
+                               q_segmentation=self.q_segments, kv_segmentation=self.kv_segments)
+
+
+def segment_mask(q_valid: jax.Array, kv_valid: jax.Array, *, causal: bool = False,
+                 q_segmentation: Optional[jax.Array] = None,
+                 kv_segmentation: Optional[jax.Array] = None) -> SegmentMask:
+  """The `SegmentMask` of `make_attention_mask`'s arguments (same meaning, same mask)."""
+  packed = q_segmentation is not None and kv_segmentation is not None
+  if packed:
+    q_ids, kv_ids = (jnp.where(v, s, 0).astype(jnp.int32)
+                     for v, s in ((q_valid, q_segmentation), (kv_valid, kv_segmentation)))
+  else:
+    q_ids, kv_ids = q_valid.astype(jnp.int32), kv_valid.astype(jnp.int32)
+  return SegmentMask(q_ids, kv_ids, causal=causal, packed=packed)
+
+
+Mask = Union[jax.Array, SegmentMask]
+
+
+def dense_mask(mask: Optional[Mask]) -> Optional[jax.Array]:
+  """A mask as the boolean array [B|1, H|1, Lq, Lk] the einsum path reads."""
+  return mask.dense() if isinstance(mask, SegmentMask) else mask
+
+
 # ---- scaled dot-product attention ----
 def _heads_flat(x: jax.Array) -> jax.Array:
   """[B, L, H, D] -> [B * H, L, D], the decoding cache's layout."""
@@ -56,7 +103,10 @@ def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
   # with the head axis in the middle.
   batch, q_len, heads, _ = query.shape
   k = key if kv_heads_flat else _heads_flat(key)
-  logits = jnp.einsum("nqd,nkd->nqk", _heads_flat(query), k, preferred_element_type=jnp.float32)
+  # The product in the operands' dtype (accumulated in float32 by the chip's matmul unit),
+  # then float32 for the softmax: asking the einsum for a float32 result would make both
+  # backward matmuls float32 x float32 in a bfloat16 step (half the bf16 rate on a GPU).
+  logits = jnp.einsum("nqd,nkd->nqk", _heads_flat(query), k).astype(jnp.float32)
   logits = logits.reshape(batch, heads, q_len, k.shape[1]) * scale
   if softcap is not None:
     logits = softcap * jnp.tanh(logits / softcap)
@@ -66,10 +116,169 @@ def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
 IMPLEMENTATIONS = MODES["attention_impl"]
 # ModelConfig.qkv_init -> the q/k/v kernel initialiser (fans of the flattened d x (heads*d_k) kernel).
 _QKV_INIT = {"xavier": nn.initializers.xavier_uniform(), "lecun": nn.initializers.lecun_normal()}
+_HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def target_platform() -> str:
+  """The platform the program being traced runs on: that of the mesh in context (the train
+  step's, `steps.OnMesh`, which may be a TPU slice compiled for from a CPU host), else JAX's
+  default backend. 'cpu', 'gpu' (NVIDIA), 'tpu', or another backend's name ('rocm')."""
+  mesh = jax.sharding.get_abstract_mesh()
+  platform = jax.default_backend() if mesh.empty else mesh.abstract_device.platform
+  return "gpu" if platform == "cuda" else platform
+
+
+def _runs_per_device() -> bool:
+  """Whether a kernel XLA cannot partition (splash) can run here: a mesh in context to
+  `shard_map` it over, or a single device."""
+  return not jax.sharding.get_abstract_mesh().empty or jax.device_count() == 1
+
+
+def _cudnn_capable() -> bool:
+  """cuDNN's fused attention needs compute capability 8.0 (Ampere) or newer. Compiling for
+  an absent GPU (the compile report's H100 and H200) reads no attached device."""
+  try:
+    device = jax.devices("gpu")[0]
+  except RuntimeError:  # no GPU attached
+    return True
+  return float(getattr(device, "compute_capability", "0")) >= 8.0
+
+
+def resolve_implementation(implementation: str, dtype: jax.typing.DTypeLike) -> str:
+  """The attention kernel that runs, for inputs of `dtype` on `target_platform()`.
+
+  'auto': Pallas splash attention on a TPU (with a mesh in context, or on one chip: the
+  kernel runs per device), cuDNN's fused attention on an NVIDIA GPU of compute capability 8.0
+  or newer in bfloat16 or float16, the einsum path elsewhere (a CPU, float32, an older or
+  non-NVIDIA GPU, a multi-chip TPU with no mesh in context). An explicit choice is kept, and
+  refused in one line where it cannot run.
+  """
+  if implementation not in IMPLEMENTATIONS:
+    raise ConfigError(f"attention_impl={implementation!r} is not one of {list(IMPLEMENTATIONS)}.")
+  platform, half = target_platform(), jnp.dtype(dtype) in _HALF
+  if implementation == "auto":
+    if platform == "tpu" and _runs_per_device():
+      return "splash"
+    return "cudnn" if platform == "gpu" and half and _cudnn_capable() else "einsum"
+  if implementation == "cudnn" and platform != "gpu":
+    raise ConfigError(f"attention_impl='cudnn' needs NVIDIA GPUs, and JAX runs on "
+                      f"{platform}; use 'auto', 'xla' or 'einsum'.")
+  if implementation == "cudnn" and not half:
+    raise ConfigError(f"attention_impl='cudnn' computes in bfloat16 or float16, and this model "
+                      f"computes in {jnp.dtype(dtype).name}; set --config.model.dtype=bfloat16 "
+                      "or use attention_impl='auto'.")
+  if implementation == "splash" and platform not in ("tpu", "cpu"):
+    raise ConfigError(f"attention_impl='splash' is the TPU's kernel (interpreted on a CPU, for "
+                      f"tests), and JAX runs on {platform}; use 'auto'.")
+  return implementation
+
+
+def step_kernel(config: ModelConfig) -> str:
+  """The kernel a training step of `config` runs in its attentions: `resolve_implementation`,
+  then the einsum path where the fused kernel cannot serve (`_fused_serves`)."""
+  kernel = resolve_implementation(config.attention_impl, config.compute_dtype)
+  dropout = config.attention_dropout_rate > 0.0
+  return kernel if _fused_serves(kernel, dropout, config.attn_logit_softcap, None) else "einsum"
+
+
+def _fused_serves(kernel: str, dropout: bool, softcap: Optional[float],
+                  mask: Optional[Mask], kv_heads_flat: bool = False) -> bool:
+  """Whether `kernel` (not einsum) can compute this attention: no attention dropout and no
+  cache layout for any of them; splash takes a SegmentMask (not a dense one) and a soft cap,
+  the jax.nn kernels no soft cap."""
+  if kernel == "einsum" or dropout or kv_heads_flat:
+    return False
+  if kernel == "splash":
+    return not isinstance(mask, (jax.Array, np.ndarray))
+  return softcap is None
+
+
+def _einsum_attention(query, key, value, mask, scale, softcap, dropout_rate, dropout_rng,
+                      kv_heads_flat):
+  """softmax(logits) v with the [B, H, Lq, Lk] weights in float32 (any mask, dropout)."""
+  logits = attention_logits(query, key, scale=scale, softcap=softcap,
+                            kv_heads_flat=kv_heads_flat)
+  if mask is not None:
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  weights = jax.nn.softmax(logits, axis=-1)
+  if dropout_rng is not None:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+  batch, heads, q_len, k_len = weights.shape
+  value = value if kv_heads_flat else _heads_flat(value)
+  out = jnp.einsum("nqk,nkd->nqd", weights.astype(value.dtype).reshape(-1, q_len, k_len), value)
+  return jnp.swapaxes(out.reshape(batch, heads, q_len, -1), 1, 2)
+
+
+def _jax_nn_attention(query, key, value, mask, scale, implementation):
+  """`jax.nn.dot_product_attention`; an unpacked `SegmentMask` goes in as causal-ness and
+  lengths (rows are tokens, then padding), which cuDNN reads without a [B, 1, L, L] mask."""
+  if isinstance(mask, SegmentMask) and not mask.packed:
+    # At least one of each: a row of padding only (an eval batch's filler) attends key 0,
+    # not nothing (NaN in a kernel); its output is zeroed by the caller.
+    lengths = lambda ids: jnp.maximum(jnp.sum(ids > 0, -1, dtype=jnp.int32), 1)  # noqa: E731
+    kwargs = dict(is_causal=mask.causal, query_seq_lengths=lengths(mask.q_segments),
+                  key_value_seq_lengths=lengths(mask.kv_segments))
+  else:
+    kwargs = dict(mask=dense_mask(mask))
+  return jax.nn.dot_product_attention(query, key, value, scale=scale,
+                                      implementation=implementation, **kwargs)
+
+
+_SPLASH_BLOCK = 128  # the TPU's lane count: splash's blocks are multiples of it
+
+
+def _splash_attention(query, key, value, mask, scale, softcap):
+  """Pallas splash attention (the TPU's flash attention), one kernel call per device.
+
+  Lengths are padded to a multiple of the block with segment 0. A padding query (segment 0)
+  is given key 0's segment so that no row of the kernel is empty; its output is zeroed by
+  the caller. A Mosaic kernel is not partitioned by XLA, so under a mesh it runs inside a
+  `shard_map` over the batch, split over every mesh axis (as training lays batches out).
+  Off a TPU it runs in Pallas's interpret mode (slow; for tests).
+  """
+  from jax.experimental.pallas.ops.tpu.splash_attention import (  # TPU-only kernels, lazily
+      splash_attention_kernel as splash, splash_attention_mask as splash_mask)
+  batch, q_len, heads, head_dim = query.shape
+  k_len = key.shape[1]
+  if mask is None:
+    mask = SegmentMask(jnp.ones((batch, q_len), jnp.int32), jnp.ones((batch, k_len), jnp.int32))
+  pad = lambda n: -(-n // _SPLASH_BLOCK) * _SPLASH_BLOCK - n  # noqa: E731
+  pq, pk = pad(q_len), pad(k_len)
+  def heads_first(x, p):  # [B, L, H, D] -> [B, H, L + p, D]
+    return jnp.pad(jnp.swapaxes(x, 1, 2), ((0, 0), (0, 0), (0, p), (0, 0)))
+
+  q = heads_first(query * jnp.asarray(scale, query.dtype), pq)
+  k, v = heads_first(key, pk), heads_first(value, pk)
+  kv_ids = jnp.pad(mask.kv_segments, ((0, 0), (0, pk)))
+  q_ids = jnp.pad(jnp.where(mask.q_segments > 0, mask.q_segments, kv_ids[:, :1]), ((0, 0), (0, pq)))
+  shape = (q_len + pq, k_len + pk)
+  one = splash_mask.CausalMask(shape) if mask.causal else splash_mask.FullMask(shape)
+  sizes = {name: _SPLASH_BLOCK for name in (
+      "block_q", "block_kv", "block_kv_compute", "block_q_dkv", "block_kv_dkv",
+      "block_kv_dkv_compute", "block_q_dq", "block_kv_dq")}
+  kernel = splash.make_splash_mha(
+      splash_mask.MultiHeadMask([one] * heads), block_sizes=splash.BlockSizes(**sizes),
+      head_shards=1, q_seq_shards=1, attn_logits_soft_cap=softcap,
+      interpret=target_platform() != "tpu")
+
+  def rows(q, k, v, q_ids, kv_ids):
+    return jax.vmap(lambda *a: kernel(*a[:3], segment_ids=splash.SegmentIds(*a[3:])))(
+        q, k, v, q_ids, kv_ids)
+
+  mesh = jax.sharding.get_abstract_mesh()
+  if not mesh.empty:
+    # The batch's rows split over every mesh axis; a batch that does not split (the one row
+    # that fixes the params' shapes at init) runs whole on every device.
+    split = PartitionSpec(mesh.axis_names) if batch % mesh.size == 0 else PartitionSpec()
+    rows = jax.shard_map(rows, mesh=mesh, in_specs=(split,) * 5, out_specs=split,
+                         check_vma=False)
+  out = rows(q, k, v, q_ids, kv_ids)[:, :, :q_len]
+  return jnp.swapaxes(out, 1, 2)
 
 
 def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
-                          mask: Optional[jax.Array] = None, scale: Optional[float] = None,
+                          mask: Optional[Mask] = None, scale: Optional[float] = None,
                           softcap: Optional[float] = None, dropout_rate: float = 0.0,
                           dropout_rng: Optional[jax.Array] = None,
                           implementation: str = "einsum",
@@ -79,41 +288,31 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
   kv_heads_flat: key/value are [B * H, Lk, D] (the decoding cache's layout).
 
   scale None means 1/sqrt(D) (the paper). A query row whose mask is all False returns zeros
-  (never NaN). implementation: 'einsum' (plain XLA einsums; any soft cap or attention
-  dropout), or 'xla' / 'cudnn' through `jax.nn.dot_product_attention` ('cudnn' is cuDNN's
-  fused flash attention on GPU); those two fall back to 'einsum' for a soft cap or dropout.
+  (never NaN). implementation (`resolve_implementation`): 'einsum' (plain XLA einsums; any
+  mask, soft cap or attention dropout), 'xla' / 'cudnn' through `jax.nn.dot_product_attention`
+  ('cudnn' is cuDNN's fused flash attention on GPU), 'splash' (Pallas, TPU), or 'auto'. A
+  fused kernel never builds the [B, H, Lq, Lk] weights; where it cannot serve (attention
+  dropout, a soft cap outside splash, a dense mask for splash, the cache's layout) the einsum
+  path runs.
   """
-  if implementation not in IMPLEMENTATIONS:
-    raise ConfigError(f"implementation={implementation!r} is not one of {list(IMPLEMENTATIONS)}.")
-  if implementation == "cudnn" and jax.default_backend() != "gpu":
-    raise ConfigError(f"attention_impl='cudnn' needs NVIDIA GPUs, and JAX runs on "
-                      f"{jax.default_backend()}; use 'xla' or 'einsum'.")
+  implementation = resolve_implementation(implementation, query.dtype)
   if scale is None:
     scale = 1.0 / math.sqrt(query.shape[-1])
   dropout = dropout_rate > 0.0 and dropout_rng is not None
-  if implementation != "einsum" and softcap is None and not dropout:
-    if kv_heads_flat:
-      key, value = (jnp.swapaxes(x.reshape(query.shape[0], -1, *x.shape[1:]), 1, 2)
-                    for x in (key, value))
-    out = jax.nn.dot_product_attention(query, key, value, mask=mask, scale=scale,
-                                       implementation=implementation)
+  if not _fused_serves(implementation, dropout, softcap, mask, kv_heads_flat):
+    implementation = "einsum"
+  if implementation == "splash":
+    out = _splash_attention(query, key, value, mask, scale, softcap)
+  elif implementation in ("xla", "cudnn"):
+    out = _jax_nn_attention(query, key, value, mask, scale, implementation)
   else:
-    logits = attention_logits(query, key, scale=scale, softcap=softcap,
-                              kv_heads_flat=kv_heads_flat)
-    if mask is not None:
-      logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(logits, axis=-1)
-    if dropout:
-      keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-      weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    batch, heads, q_len, k_len = weights.shape
-    value = value if kv_heads_flat else _heads_flat(value)
-    out = jnp.einsum("nqk,nkd->nqd", weights.astype(value.dtype).reshape(-1, q_len, k_len), value)
-    out = jnp.swapaxes(out.reshape(batch, heads, q_len, -1), 1, 2)
+    out = _einsum_attention(query, key, value, dense_mask(mask), scale, softcap, dropout_rate,
+                            dropout_rng if dropout else None, kv_heads_flat)
   if mask is not None:
-    # Softmax over an all-masked row is uniform; such rows must contribute nothing.
-    has_key = jnp.any(mask, axis=-1)  # [B|1, H|1, Lq]
-    out = out * jnp.moveaxis(has_key, -1, -2)[..., None].astype(out.dtype)
+    # Softmax over an all-masked row is uniform (or, in a kernel, undefined); such rows must
+    # contribute nothing.
+    has_key = jnp.any(dense_mask(mask), axis=-1)  # [B|1, H|1, Lq]
+    out = jnp.where(jnp.moveaxis(has_key, -1, -2)[..., None], out, 0)
   return out
 
 
@@ -142,11 +341,12 @@ class MultiHeadAttention(nn.Module):
   self_attention: bool = True
 
   @nn.compact
-  def __call__(self, x: jax.Array, kv: jax.Array, mask: Optional[jax.Array], *,
+  def __call__(self, x: jax.Array, kv: jax.Array, mask: Optional[Mask], *,
                q_positions: Optional[jax.Array] = None,
                kv_positions: Optional[jax.Array] = None,
                deterministic: bool = True, decode: bool = False) -> jax.Array:
-    """x float[B, Lq, d], kv float[B, Lk, d], mask bool[B, 1, Lq, Lk] -> float[B, Lq, d].
+    """x float[B, Lq, d], kv float[B, Lk, d], mask (bool[B, 1, Lq, Lk] or a `SegmentMask`)
+    -> float[B, Lq, d].
 
     With decode=True (self-attention, Lq = 1) keys and values go into the 'cache' collection
     and the query attends to every cached position up to its own; cross-attention projects
@@ -184,6 +384,9 @@ class MultiHeadAttention(nn.Module):
       key = positional.apply_rope(key, kv_positions, cfg.max_timescale)
 
     kv_heads_flat = cross_cached
+    implementation = cfg.attention_impl
+    if decode:  # one query row a step: a matrix-vector product no fused kernel speeds up
+      mask, implementation = dense_mask(mask), "einsum"
     if decode and self.self_attention:
       key, value, mask, kv_heads_flat = self._update_cache(key, value, mask)
 
@@ -192,7 +395,7 @@ class MultiHeadAttention(nn.Module):
     self.sow("intermediates", "q", query)
     self.sow("intermediates", "k", key)
     if mask is not None:
-      self.sow("intermediates", "mask", mask)
+      self.sow("intermediates", "mask", dense_mask(mask))
     scale = attention_scale_value(cfg)
     if cfg.attention_scale == "learned":
       # One temperature per head, folded into q: (t_h q).k = t_h (q.k).
@@ -209,7 +412,7 @@ class MultiHeadAttention(nn.Module):
     out = dot_product_attention(query, key, value, mask=mask, scale=scale,
                                 softcap=cfg.attn_logit_softcap,
                                 dropout_rate=cfg.attention_dropout_rate, dropout_rng=dropout_rng,
-                                implementation=cfg.attention_impl, kv_heads_flat=kv_heads_flat)
+                                implementation=implementation, kv_heads_flat=kv_heads_flat)
     return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias,
                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                            kernel_init=nn.initializers.xavier_uniform(), name="out")(out)

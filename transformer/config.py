@@ -34,7 +34,7 @@ MODES: dict[str, tuple[str, ...]] = {
     "dtype": ("float32", "bfloat16", "float16"),
     "param_dtype": ("float32", "bfloat16"),
     "remat": ("none", "full", "dots"),
-    "attention_impl": ("einsum", "xla", "cudnn"),
+    "attention_impl": ("auto", "einsum", "xla", "cudnn", "splash"),
 }
 SCALE_FIELDS = ("embed_scale", "embed_init_std", "logits_scale", "attention_scale")
 
@@ -109,7 +109,9 @@ class ModelConfig:
   param_dtype: str = "float32"
   scan_layers: bool = False  # nn.scan over blocks: compile time independent of depth
   remat: str = "none"  # recompute activations in the backward pass: 'full' or 'dots'
-  attention_impl: str = "einsum"  # 'xla'/'cudnn': jax.nn.dot_product_attention (cuDNN flash on GPU)
+  # The attention kernel: 'auto' = splash on TPU, cuDNN on GPU in bf16/fp16, einsum elsewhere
+  # (attention.resolve_implementation); or one of them by name.
+  attention_impl: str = "auto"
 
   def __post_init__(self):
     self.validate()

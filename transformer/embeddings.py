@@ -9,8 +9,6 @@ and the output knob `logits_scale` multiplies the pre-softmax logits h.E^T (or h
 
 from __future__ import annotations
 
-import functools
-
 from typing import Optional
 
 import flax.linen as nn
@@ -54,11 +52,14 @@ class TokenEmbedding(nn.Module):
     return jnp.take(self.embedding, tokens, axis=0).astype(self.config.compute_dtype)
 
   def attend(self, x: jax.Array) -> jax.Array:
-    """x float[B, L, d] -> x @ E^T float32[B, L, vocab] (unscaled): operands in the compute
-    dtype, products summed in float32 (the loss's log-softmax reads them at full precision)."""
+    """x float[B, L, d] -> x @ E^T float[B, L, vocab] in the compute dtype (unscaled).
+
+    The matmul unit accumulates in float32 either way; the loss reads these logits in
+    float32 (`losses.cross_entropy`). A float32 result here would keep a float32
+    [B, L, vocab] array for the backward pass and make its matmuls float32 x float32.
+    """
     dtype = self.config.compute_dtype
-    return jnp.einsum("bld,vd->blv", x.astype(dtype), self.embedding.astype(dtype),
-                      preferred_element_type=jnp.float32)
+    return jnp.einsum("bld,vd->blv", x.astype(dtype), self.embedding.astype(dtype))
 
 
 class InputEmbedding(nn.Module):
@@ -101,7 +102,7 @@ class OutputLogits(nn.Module):
 
   @nn.compact
   def __call__(self, h: jax.Array, *, decode: bool = False) -> jax.Array:
-    """h float[B, L, d] -> logits float[B, L, vocab]. decode=True: tied logits of a decoding
+    """h float[B, L, d] -> logits float[B, L, vocab] (compute dtype). decode=True: tied logits of a decoding
     step read E^T [d, vocab], copied when the cache was created (`decode_cache.step_matmul`)."""
     cfg = self.config
     if decode and self.has_variable("cache", "logits_kernel"):  # a decoding step
@@ -113,8 +114,6 @@ class OutputLogits(nn.Module):
     else:
       logits = nn.Dense(self.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
                         param_dtype=cfg.params_dtype,
-                        dot_general=functools.partial(jax.lax.dot_general,
-                                                      preferred_element_type=jnp.float32),
                         kernel_init=nn.initializers.xavier_uniform(), name="kernel")(h)
     scale = logits_scale_value(cfg)
     return logits if scale == 1.0 else logits * scale

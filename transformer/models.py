@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import positional
-from transformer.attention import make_attention_mask
+from transformer.attention import segment_mask
 from transformer.config import ModelConfig
 from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding
 from transformer.errors import ConfigError
@@ -47,7 +47,7 @@ class Encoder(nn.Module):
     x = InputEmbedding(cfg, self.token_embedding, name="input_embedding")(
         inputs, positions, deterministic=deterministic)
     valid = inputs != PAD_ID
-    mask = make_attention_mask(valid, valid, q_segmentation=segmentation,
+    mask = segment_mask(valid, valid, q_segmentation=segmentation,
                                kv_segmentation=segmentation)
     x = BlockStack(cfg, cfg.num_encoder_layers, name="blocks")(
         x, mask, positions, deterministic=deterministic)
@@ -137,10 +137,10 @@ class Transformer(nn.Module):
     else:
       decoder_inputs = shift_right(targets, targets_segmentation)
       q_valid, q_segmentation = targets != PAD_ID, targets_segmentation
-      self_mask = make_attention_mask(q_valid, q_valid, causal=True,
+      self_mask = segment_mask(q_valid, q_valid, causal=True,
                                       q_segmentation=q_segmentation,
                                       kv_segmentation=q_segmentation)
-    cross_mask = make_attention_mask(q_valid, inputs != PAD_ID, q_segmentation=q_segmentation,
+    cross_mask = segment_mask(q_valid, inputs != PAD_ID, q_segmentation=q_segmentation,
                                      kv_segmentation=inputs_segmentation)
     h = self.decoder(decoder_inputs, self_mask, targets_position, encoded, cross_mask,
                      deterministic=deterministic, decode=decode)
@@ -190,7 +190,7 @@ class DecoderOnly(nn.Module):
     else:
       decoder_inputs = shift_right(tokens, segmentation)
       valid = tokens != PAD_ID
-      mask = make_attention_mask(valid, valid, causal=True, q_segmentation=segmentation,
+      mask = segment_mask(valid, valid, causal=True, q_segmentation=segmentation,
                                  kv_segmentation=segmentation)
     h = self.decoder(decoder_inputs, mask, position, deterministic=deterministic, decode=decode)
     return h if return_hidden else self.output_logits(h, decode=decode)

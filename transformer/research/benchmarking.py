@@ -1,10 +1,12 @@
-"""Speed measured against the machine's own limit: analytic model FLOPs, a matmul peak, step
-timing, and `benchmark`, the body of scripts/benchmark.py:
+"""Speed measured against the chip's limit: analytic model FLOPs, step timing, MFU, and
+`benchmark`, the body of scripts/benchmark.py:
 
   python scripts/benchmark.py --config=configs/base.py --config.batch_size=16 --mode=train
 
-MFU = analytic model FLOPs / step time, divided by a matmul peak measured in the same run on
-the same devices and dtype.
+MFU = analytic model FLOPs / step time / the chips' published peak for the dtype the matmuls
+run in (`chips.CHIPS`; TF32 for float32 on an NVIDIA GPU). A chip without a published peak
+here (a CPU) is divided by a matmul peak measured in the same run instead, and the result
+says which denominator it used. A measured matmul figure is reported beside it either way.
 
 Model FLOPs: `transformer.model_summary` (the one formula, also in every run's summary).
 """
@@ -23,12 +25,14 @@ import ml_collections
 import numpy as np
 
 from transformer import diagnostics
-from transformer.model_summary import train_flops_per_step
+from transformer.attention import step_kernel
 from transformer.config import ModelConfig
 from transformer.data import pipeline
 from transformer.errors import ConfigError
 from transformer.inference import decoding
+from transformer.model_summary import train_flops_per_step
 from transformer.models import Transformer
+from transformer.research import chips
 from transformer.token_ids import EOS_ID
 from transformer.training import experiment, sharding
 from transformer.training import steps as steps_lib
@@ -50,14 +54,16 @@ def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[floa
   return times
 
 
-def matmul_peak(dtype: str = "float32", n: int = 2048, repeats: int = 5,
+def matmul_peak(dtype: str = "float32", n: Optional[int] = None, repeats: int = 5,
                 devices: Any = None) -> float:
   """Measured FLOP/s of a large square matmul on `devices` (all local devices, data-parallel).
 
-  The denominator of MFU: what this machine, in this run, reaches on the op the model is
-  made of, rather than a datasheet number.
+  n: the matrix size; by default 8192 on an accelerator (large enough to be compute-bound:
+  a 2048 chain measures launch latency on a GPU) and 2048 on a CPU (where 8192 takes minutes).
   """
   devices = jax.local_devices() if devices is None else devices
+  if n is None:
+    n = 2048 if devices[0].platform == "cpu" else 8192
   mesh = jax.sharding.Mesh(np.asarray(devices), ("data",))
   split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
   k = len(devices)
@@ -74,6 +80,30 @@ def matmul_peak(dtype: str = "float32", n: int = 2048, repeats: int = 5,
 
   seconds = statistics.median(time_call(lambda: f(x, y), repeats))
   return chain * k * 2.0 * n ** 3 / seconds
+
+
+def mfu_figures(model_flops_per_sec: float, device_kind: str, num_devices: int, dtype: str,
+                measured_peak: float) -> dict[str, Any]:
+  """MFU and its denominator: the published peak of `num_devices` chips of `device_kind` for
+  `dtype` (`chips.chip_of`), or `measured_peak` where the table has no such chip.
+
+  An MFU above 1 cannot be: it would mean the denominator or the FLOP count is wrong. Then
+  no MFU is given (None) and `mfu_note` says so, rather than a figure that cannot be true.
+  """
+  chip = chips.chip_of(device_kind)
+  if chip is None:
+    peak = measured_peak
+    source = f"measured matmul peak ({device_kind} has no published peak in chips.CHIPS)"
+  else:
+    peak = num_devices * chip.matmul_flops(dtype)
+    source = f"published peak of {num_devices} x {chip.name}, {dtype} matmuls: {chip.source}"
+  result = {"mfu_peak_tflops": peak / 1e12, "mfu_peak_source": source,
+            "mfu": model_flops_per_sec / peak}
+  if result["mfu"] > 1.0:
+    result["mfu_note"] = (f"the model's {model_flops_per_sec / 1e12:.3g} TFLOP/s exceed the "
+                          f"peak {peak / 1e12:.3g}: the peak or the FLOP count is wrong, so no MFU")
+    result["mfu"] = None
+  return result
 
 
 def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: int = 3,
@@ -104,8 +134,9 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   batch = sharding.global_batch(host, mesh)
   state = built.init(jax.random.PRNGKey(0))
   tokens_per_step = B * L * len(host)
+  device_kind = jax.local_devices()[0].device_kind
   result = {
-      "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+      "device": f"{jax.local_device_count()} x {device_kind}",
       "dtype": cfg.dtype, "batch_size": B, "max_len": L, "d_model": cfg.d_model,
       "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": vocab,
       "scan_layers": cfg.scan_layers, "remat": cfg.remat,
@@ -139,7 +170,10 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
     result["matmul_peak_tflops"] = peak / 1e12
     flops = train_flops_per_step(cfg, B, L, L, decoder_only=decoder_only)
     result.update(train_step_seconds=seconds, train_tokens_per_sec=tokens_per_step / seconds,
-                  train_model_tflops_per_sec=flops / seconds / 1e12, mfu=flops / seconds / peak)
+                  train_model_tflops_per_sec=flops / seconds / 1e12,
+                  attention_kernel=attention_kernel(cfg, mesh),
+                  **mfu_figures(flops / seconds, device_kind, jax.local_device_count(),
+                                cfg.dtype, peak))
     if profile_dir:  # after the timings, so tracing does not perturb them
       jax.profiler.start_trace(profile_dir)
       try:
@@ -185,6 +219,12 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
         lambda: eval_fn(state.params, batch).loss_sum, repeats))
     result.update(eval_tokens_per_sec=tokens_per_step / seconds)
   return result
+
+
+def attention_kernel(cfg: ModelConfig, mesh: jax.sharding.Mesh) -> str:
+  """The attention kernel a step on `mesh` runs (`attention.step_kernel` for its chips)."""
+  with jax.set_mesh(mesh):
+    return step_kernel(cfg)
 
 
 def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: int, *,

@@ -3,22 +3,35 @@ the compiled program.
 
 With `libtpu` installed (`pip install -e '.[tpu]'`), JAX compiles for a TPU topology it is
 not running on (`jax.experimental.topologies`), here on a CPU. `compile_report` builds the
-train step exactly as training does (`steps.build_steps`: the same mesh, shardings and state
-donation) for the target's devices, compiles it, and reports per device:
+train step exactly as training does (`steps.build_steps`: the same mesh, shardings, state
+donation and attention kernel, 'auto' resolved for the target's chip) for the target's
+devices, compiles it, and reports per device:
 
   memory       arguments, outputs, temporaries and their total (outputs that alias donated
                arguments counted once), against the chip's HBM;
   flops        XLA's count for the compiled program, against the analytic count of
                `model_summary` (matmuls only, forward + backward) divided over the devices;
+  hbm bytes    XLA's "bytes accessed" (which counts operands that stay on chip, an upper
+               estimate) and the traffic read off the optimized HLO (`hbm_traffic`: what
+               each top-level op reads from and writes to HBM);
   collectives  each kind in the compiled program: how many, and the bytes of their results;
-  roofline     step time >= max(flops / peak, bytes accessed / HBM bandwidth, collective
-               bytes / ICI bandwidth) from the chip's published figures (`CHIPS`, with their
-               source), and the MFU that time would give (analytic flops / time / peak).
+  big buffers  float32 [.., L, L] (attention scores) and [.., L, vocab] (logits) arrays written
+               to HBM: the traffic the fused kernels and the lean loss exist to remove
+               (a [.., L, L] or [.., L, vocab] shape; one XLA flattened is not seen);
+  roofline     two estimates of the step time from the chip's published figures
+               (`chips.CHIPS`): the terms compute (the larger of XLA's and the analytic
+               FLOPs, over the peak), memory (HLO bytes over the HBM bandwidth) and
+               collectives (bytes over the ICI bandwidth) all overlapped (their max) and
+               none overlapped (their sum), and the MFU each would give.
 
-The roofline assumes perfect overlap of compute, memory traffic and communication: a lower
-bound on step time and an upper bound on MFU, for comparing layouts, not a promise. XLA
-counts a loop body once (gradient accumulation, scanned layers): with those, flops and
-collectives are one iteration's.
+Neither estimate is a bound. The HLO byte count is a first-order model of traffic (each
+top-level op reads its operands once; a matmul's re-reads of its tiles and the caches are not
+modelled), XLA's "bytes accessed" an upper one (it counts operands that memory-space
+assignment keeps on chip, 1.5-4x the HLO count here), and real kernels reach less than the
+published peaks. The compute term takes the analytic FLOPs where XLA counts fewer: it cannot
+see inside a custom-call kernel (Pallas, cuDNN) and counts a loop body once (gradient
+accumulation, scanned layers, FSDP's collective matmuls); bytes and collectives are then one
+iteration's too.
 """
 
 from __future__ import annotations
@@ -34,56 +47,36 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from transformer.attention import step_kernel
 from transformer.errors import ConfigError
 from transformer.model_summary import train_flops_per_step
+from transformer.research.chips import CHIPS, GIB, GPUS, Chip
 from transformer.training import experiment, sharding, steps
 
-GB, GIB = 1e9, 2 ** 30
-
-
-@dataclasses.dataclass(frozen=True)
-class Chip:
-  """A chip's published figures: dense bf16 peak (FLOP/s), HBM (bytes, bytes/s), and the
-  bidirectional inter-chip bandwidth (bytes/s; None where its page gives none)."""
-  name: str
-  bf16_flops: float
-  hbm_bytes: float
-  hbm_bandwidth: float
-  ici_bandwidth: Optional[float]
-  source: str
-
-
-CHIPS = {
-    "v4": Chip("TPU v4", 275e12, 32 * GIB, 1200 * GB, None,
-               "cloud.google.com/tpu/docs/v4 (275 TFLOPs bf16; 32 GiB, 1200 GBps HBM2)"),
-    "v5e": Chip("TPU v5e", 197e12, 16 * GB, 819 * GB, 400 * GB,
-                "cloud.google.com/tpu/docs/v5e (197 TFLOPs bf16; 16 GB, 819 GBps; ICI 400 GBps)"),
-    "v5p": Chip("TPU v5p", 459e12, 95 * GIB, 2765 * GB, 1200 * GB,
-                "cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16; 95 GiB, 2765 GBps; ICI 1200 GBps)"),
-    "v6e": Chip("TPU v6e", 918e12, 32 * GB, 1638 * GB, 800 * GB,
-                "cloud.google.com/tpu/docs/v6e (918 TFLOPs bf16; 32 GB, 1638 GBps; ICI 800 GBps)"),
-    "h100": Chip("NVIDIA H100 SXM", 989e12, 80 * GB, 3350 * GB, 900 * GB,
-                 "NVIDIA H100 datasheet (989 TFLOPS dense bf16; 80 GB, 3.35 TB/s HBM3; "
-                 "NVLink 900 GB/s)"),
-}
-
-# The device description XLA's GPU compiler needs to compile for an H100 that is not attached
-# (figures of an H100 SXM 80GB: 132 SMs, 50 MiB L2, 1.98 GHz boost, 3.35 TB/s, compute 9.0).
-_H100_DEVICE = {
+# The device descriptions XLA's GPU compiler needs to compile for a GPU that is not attached:
+# an H100 SXM 80GB and an H200 SXM 141GB (the same GH100 die: 132 SMs, 50 MiB L2, 1.98 GHz
+# boost, compute 9.0; HBM3 3.35 TB/s against HBM3e 4.8 TB/s).
+_GH100 = {
     "threads_per_block_limit": 1024, "threads_per_warp": 32, "shared_memory_per_block": 49152,
     "shared_memory_per_core": 233472, "threads_per_core_limit": 2048, "core_count": 132,
     "fpus_per_core": 128, "block_dim_limit_x": 2147483647, "block_dim_limit_y": 65535,
-    "block_dim_limit_z": 65535, "memory_bandwidth": 3352320000000, "l2_cache_size": 52428800,
-    "clock_rate_ghz": 1.98, "device_memory_size": 84978434048,
+    "block_dim_limit_z": 65535, "l2_cache_size": 52428800, "clock_rate_ghz": 1.98,
     "shared_memory_per_block_optin": 232448, "registers_per_core_limit": 65536,
     "registers_per_block_limit": 65536,
 }
+_GPU_DEVICES = {
+    "h100": ("NVIDIA H100 80GB HBM3", {**_GH100, "memory_bandwidth": 3352320000000,
+                                       "device_memory_size": 84978434048}),
+    "h200": ("NVIDIA H200", {**_GH100, "memory_bandwidth": 4800000000000,
+                             "device_memory_size": 150754820096}),
+}
 
 
-def _h100_target_config() -> str:
-  fields = " ".join(f"{k}: {v}" for k, v in _H100_DEVICE.items())
+def _gpu_target_config(kind: str) -> str:
+  name, device = _GPU_DEVICES[kind]
+  fields = " ".join(f"{k}: {v}" for k, v in device.items())
   return (f"gpu_device_info {{ {fields} cuda_compute_capability {{ major: 9 }} }}\n"
-          'platform_name: "CUDA"\ndevice_description_str: "NVIDIA H100 80GB HBM3"\n')
+          f'platform_name: "CUDA"\ndevice_description_str: "{name}"\n')
 
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -96,18 +89,21 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, 
 
 
 def target_devices(target: str) -> tuple[list[Any], Chip]:
-  """The devices and chip of `target`: a TPU topology 'v5e:4x4' (needs libtpu), or 'h100'
-  or 'h100:N' (N GPUs in one host, through jax's CUDA plugin)."""
+  """The devices and chip of `target`: a TPU topology 'v5e:4x4' (needs libtpu), or a GPU
+  host 'h100:N' / 'h200:N' (N GPUs, through jax's CUDA plugin; N = 1 when left out)."""
   kind, _, shape = target.partition(":")
-  chip = CHIPS.get(kind.lower())
-  if chip is None or not shape and kind.lower() != "h100":
-    raise ConfigError(f"Unknown target {target!r}; use one of {sorted(CHIPS)} with a TPU "
-                      "topology, e.g. 'v5e:4x4', 'v4:2x2x1', or 'h100:8'.")
+  kind = kind.lower()
+  chip = CHIPS.get(kind)
+  gpu = kind in _GPU_DEVICES
+  if chip is None or not (gpu or kind not in GPUS and shape):
+    raise ConfigError(f"Unknown target {target!r}; use a TPU topology of one of "
+                      f"{sorted(set(CHIPS) - set(GPUS))}, e.g. 'v5e:4x4' or 'v4:2x2x1', or a "
+                      f"GPU host of {sorted(_GPU_DEVICES)}, e.g. 'h100:8'.")
   from jax.experimental import topologies
   try:
-    if kind.lower() == "h100":
-      desc = topologies.get_topology_desc(  # one host of N GPUs
-          platform="cuda", topology_name="h100", target_config=_h100_target_config(),
+    if gpu:  # one host of N GPUs
+      desc = topologies.get_topology_desc(
+          platform="cuda", topology_name=kind, target_config=_gpu_target_config(kind),
           topology=f"1x1x{int(shape or 1)}")
     else:
       # Compiling touches no chip, so the lock libtpu takes against a second process
@@ -116,14 +112,14 @@ def target_devices(target: str) -> tuple[list[Any], Chip]:
       # v4 and v5p chips hold two TensorCores; "megacore" makes each chip one device, as
       # a real v4/v5p slice presents them (libtpu's v4 default is one device per core, which
       # would set per-chip HBM and peak against half a chip).
-      desc = topologies.get_topology_desc(topology_name=f"{kind.lower()}:{shape}",
-                                          platform="tpu", **_chip_config(kind.lower()))
+      desc = topologies.get_topology_desc(topology_name=f"{kind}:{shape}", platform="tpu",
+                                          **_chip_config(kind))
   except Exception as e:  # noqa: BLE001  (a missing plugin or an unknown shape)
-    extra = "tpu" if kind.lower() != "h100" else "cuda12"
+    extra = "cuda12" if gpu else "tpu"
     raise ConfigError(f"Cannot make the devices of {target!r} here ({_first_line(e)}); "
                       f"install the plugin with pip install -e '.[{extra}]'.") from None
   devices = list(desc.devices)
-  chips = math.prod(int(n) for n in shape.split("x")) if kind.lower() != "h100" else len(devices)
+  chips = len(devices) if gpu else math.prod(int(n) for n in shape.split("x"))
   if len(devices) != chips:  # the CHIPS figures are per chip: one device must be one chip
     raise ConfigError(f"{target!r} gave {len(devices)} devices for {chips} chips; the report "
                       "needs one device per chip.")
@@ -156,6 +152,112 @@ def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
   return found
 
 
+# One instruction of an HLO module's text: `%name = SHAPE opcode(operands), attributes`.
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\(.*?\)|\S+) ([\w-]+)\((.*)$")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) ")
+# Ops that move no data of their own (views, tuples) or whose bytes the ops they call count.
+_NO_TRAFFIC = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
+               "partition-id", "replica-id", "while", "conditional", "call", "opt-barrier"}
+_ON_CHIP = "S(1)"  # the memory space of a TPU's on-chip VMEM in an HLO layout
+# Ops that read a part of their operand: (the async one's result is (operand, slice, flag)).
+_SLICES = ("slice", "dynamic-slice", "slice-start")
+
+
+def _arrays(shape: str) -> list[tuple[int, bool]]:
+  """(bytes, in HBM) of each array of an HLO shape string ('f32[8,4]{1,0}' or a tuple); an
+  array laid out in the TPU's on-chip VMEM (memory space S(1)) is not in HBM."""
+  out = []
+  for match in re.finditer(r"\b(pred|[sfu]\d+|bf16)\[([\d,]*)\](\{[^}]*\})?", shape):
+    dtype, dims, layout = match.groups()
+    if dtype in _BYTES:
+      size = _BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+      out.append((size, _ON_CHIP not in (layout or "")))
+  return out
+
+
+def _array_bytes(shape: str) -> int:
+  """Bytes of the arrays of an HLO shape string held in HBM."""
+  return sum(size for size, in_hbm in _arrays(shape) if in_hbm)
+
+
+def _operands(text: str) -> list[str]:
+  """The operand names of an instruction, from the text after its opcode's '(' up to the
+  matching ')' (operands may be printed with their shapes, whose layouts hold parentheses)."""
+  depth = 0
+  for i, char in enumerate(text):
+    depth += {"(": 1, ")": -1}.get(char, 0)
+    if depth < 0:
+      return re.findall(r"%([\w.-]+)", text[:i])
+  return re.findall(r"%([\w.-]+)", text)
+
+
+def _top_level(hlo_text: str) -> list[tuple[str, str, str, list[str]]]:
+  """(name, shape, opcode, operand names) of every instruction outside fusion bodies and
+  reducers: the ops that each run as a kernel and meet HBM at their edges. The body of a
+  `call` (XLA:GPU's command buffers) is top level: its ops are kernels."""
+  inner = set()
+  for line in hlo_text.splitlines():
+    match = _INSTRUCTION.match(line)
+    if match and match.group(3) != "call":
+      inner.update(re.findall(r"(?:calls|to_apply)=%([\w.-]+)", line))
+  ops, skip = [], False
+  for line in hlo_text.splitlines():
+    head = _COMPUTATION.match(line)
+    if head and line.rstrip().endswith("{"):
+      skip = head.group(1) in inner
+      continue
+    match = None if skip else _INSTRUCTION.match(line)
+    if match:
+      name, shape, opcode, rest = match.groups()
+      ops.append((name, shape, opcode, _operands(rest)))
+  return ops
+
+
+def hbm_traffic(hlo_text: str) -> int:
+  """Bytes read from and written to HBM by an optimized HLO module, per device: each
+  top-level op (a fusion, a matmul, a custom call, a collective) reads its operands and
+  writes its result, counting only arrays that live in HBM. The `-start` half of an async
+  pair reads, its `-done` half writes; a slice reads the slice. A first-order model: a
+  kernel's own reuse (caches, the several passes a big matmul makes) is not in it; a loop
+  body counts once."""
+  shapes = {name: shape for name, shape, _, _ in _top_level(hlo_text)}
+  total = 0
+  for name, shape, opcode, operands in _top_level(hlo_text):
+    if opcode in _NO_TRAFFIC:
+      continue
+    if opcode in _SLICES:  # reads the slice, not the whole operand
+      arrays = _arrays(shape)
+      size, in_hbm = arrays[1] if opcode == "slice-start" else arrays[0]
+      total += size + (size if in_hbm and opcode != "slice-start" else 0)
+      continue
+    if opcode == "dynamic-update-slice":  # in place: reads and writes the update
+      total += 2 * _array_bytes(shapes.get(operands[1], "")) if len(operands) > 1 else 0
+      continue
+    if not opcode.endswith("-done"):
+      total += sum(_array_bytes(shapes.get(o, "")) for o in operands)
+    if not opcode.endswith("-start"):
+      total += _array_bytes(shape)
+  return total
+
+
+def big_float32_buffers(hlo_text: str, length: int, vocab: int) -> dict[str, int]:
+  """{'scores': n, 'logits': n}: float32 arrays [.., length, length] (attention scores or
+  weights) and [.., length, vocab] (vocabulary logits) that top-level ops write to HBM."""
+  found = {"scores": 0, "logits": 0}
+  for _, shape, opcode, _ in _top_level(hlo_text):
+    if opcode in _NO_TRAFFIC or opcode.endswith("-start"):
+      continue
+    for match in re.finditer(r"\bf32\[([\d,]*)\](\{[^}]*\})?", shape):
+      dims = [int(d) for d in match.group(1).split(",") if d]
+      if _ON_CHIP in (match.group(2) or ""):
+        continue
+      if len(dims) >= 3 and dims[-2:] == [length, length]:
+        found["scores"] += 1
+      elif len(dims) >= 3 and dims[-2:] == [length, vocab]:
+        found["logits"] += 1
+  return found
+
+
 def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]) -> tuple:
   """(compiled step, model, abstract state, mesh): the train step of `config` compiled for
   `devices` (attached or not), as training builds it."""
@@ -174,10 +276,33 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]
   return built.train.lower(state, batch, rng).compile(), model, state, mesh
 
 
+def _compilable_kernel(config: ml_collections.ConfigDict,
+                       devices: Sequence[Any]) -> tuple[str, ml_collections.ConfigDict]:
+  """(the attention kernel the report compiles, the config it compiles): the config's own,
+  except cuDNN's fused attention, which JAX lowers only with a GPU attached (it reads the
+  device's compute capability); then the einsum path, and the kernel's name says so."""
+  cfg = experiment.model_config(config, config.model.vocab_size or 32000)
+  with jax.set_mesh(sharding.make_mesh(devices, config.fsdp)):
+    kernel = step_kernel(cfg)
+  if kernel != "cudnn" or _attached("gpu"):
+    return kernel, config
+  config = config.copy_and_resolve_references()
+  config.model.attention_impl = "einsum"
+  return "einsum (cuDNN's kernel compiles only with a GPU attached)", config
+
+
+def _attached(platform: str) -> bool:
+  try:
+    return bool(jax.devices(platform))
+  except RuntimeError:  # no such backend here
+    return False
+
+
 def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, Any]:
   """The report of the module docstring for `config` on `target` (see `target_devices`)."""
   experiment.validate(config)
   devices, chip = target_devices(target)
+  kernel, config = _compilable_kernel(config, devices)
   compiled, model, state, mesh = compile_train_step(config, devices)
   cfg = model.config
   n = len(devices)
@@ -193,16 +318,23 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
   bytes_accessed = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
   analytic = train_flops_per_step(cfg, config.batch_size, config.max_len, config.max_len,
                                   decoder_only=not model.has_encoder) / n
-  comms = collectives(compiled.as_text())
+  hlo = compiled.as_text()
+  traffic = hbm_traffic(hlo)
+  comms = collectives(hlo)
   comm_bytes = sum(c["bytes"] for c in comms.values())
-  times = {"compute": (xla_flops or analytic) / chip.bf16_flops,
-           "memory": bytes_accessed / chip.hbm_bandwidth if bytes_accessed else None,
+  # XLA cannot see inside a custom-call kernel (Pallas, cuDNN) and counts a loop body once
+  # (FSDP's collective matmuls), so its count can fall below the model's matmuls.
+  counted = max(xla_flops or 0.0, analytic)
+  peak = chip.matmul_flops(cfg.dtype)
+  times = {"compute": counted / peak, "memory": traffic / chip.hbm_bandwidth,
            "collectives": comm_bytes / chip.ici_bandwidth if chip.ici_bandwidth else None}
-  step = max(t for t in times.values() if t is not None)
+  terms = [t for t in times.values() if t is not None]
+  # Two estimates, neither a bound: every term overlapped (the roofline), and none overlapped.
+  step = {"overlapped": max(terms), "serial": sum(terms)}
   state_bytes = sum(_shard_bytes(x) for x in jax.tree_util.tree_leaves(state))
   result = {
       "target": target, "chip": chip.name, "devices": n, "device_kind": devices[0].device_kind,
-      "mesh": dict(mesh.shape),
+      "mesh": dict(mesh.shape), "attention_kernel": kernel,
       "batch_size": config.batch_size, "max_len": config.max_len,
       "tokens_per_step": config.batch_size * config.max_len * len(model.batch_keys),
       "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
@@ -212,11 +344,13 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
       "state_bytes_replicated": sharding.replicated_bytes(state, mesh),
       "hbm_bytes": chip.hbm_bytes, "fits": mem["total"] <= chip.hbm_bytes,
       "flops_per_device": {"xla": xla_flops, "analytic": analytic,
-                           "xla_over_analytic": xla_flops / analytic if xla_flops else None},
-      "bytes_accessed_per_device": bytes_accessed,
+                           "xla_over_analytic": xla_flops / analytic if xla_flops else None,
+                           "roofline": "analytic" if counted == analytic else "xla"},
+      "bytes_accessed_per_device": bytes_accessed, "hbm_traffic_per_device": traffic,
+      "big_float32_buffers": big_float32_buffers(hlo, config.max_len, cfg.output_vocab_size),
       "collectives": comms, "collective_bytes_per_device": comm_bytes,
       "roofline_seconds": times, "step_seconds_estimate": step,
-      "mfu_estimate": analytic / step / chip.bf16_flops if step else None,
+      "mfu_estimate": {k: analytic / t / peak for k, t in step.items()},
       "chip_figures": dataclasses.asdict(chip),
   }
   result["batch_size_bound"] = batch_bound(result)
@@ -245,50 +379,54 @@ def batch_bound(report: dict[str, Any]) -> int:
 def format_report(report: dict[str, Any]) -> str:
   """A short table of one report for a terminal."""
   mem, flops, t = report["memory_bytes"], report["flops_per_device"], report["roofline_seconds"]
-  chip = report["chip_figures"]
+  chip, big = report["chip_figures"], report["big_float32_buffers"]
+  step, mfu = report["step_seconds_estimate"], report["mfu_estimate"]
   gib = lambda b: f"{b / GIB:.2f} GiB"  # noqa: E731
   ms = lambda t: "n/a" if t is None else f"{t * 1e3:.1f} ms"  # noqa: E731
+  accessed = report["bytes_accessed_per_device"]
   lines = [
       f"{report['target']}: {report['devices']} x {report['device_kind']}, mesh data "
       f"{report['mesh']['data']} x fsdp {report['mesh']['fsdp']}, batch {report['batch_size']} "
-      f"x {report['max_len']}, {report['params']:,} params, compute {report['dtype']}",
+      f"x {report['max_len']}, {report['params']:,} params, compute {report['dtype']}, "
+      f"attention {report['attention_kernel']}",
       f"  memory per device: arguments {gib(mem['arguments'])}, outputs {gib(mem['outputs'])} "
       f"({gib(mem['aliased'])} aliased), temporaries {gib(mem['temporaries'])}, total "
       f"{gib(mem['total'])} of {gib(report['hbm_bytes'])} HBM: "
       f"{'fits' if report['fits'] else 'does NOT fit'}",
       f"  FLOPs per device: analytic {flops['analytic']:.3e}, XLA " +
       (f"{flops['xla']:.3e} (ratio {flops['xla_over_analytic']:.3f})" if flops["xla"]
-       else "gives no count for this target"),
+       else "gives no count for this target") +
+      f"; the roofline uses the {flops['roofline']} count",
+      f"  HBM traffic per device: {report['hbm_traffic_per_device'] / 1e9:.2f} GB read off the "
+      "optimized HLO" + (f" (XLA's bytes accessed {accessed / 1e9:.2f} GB, an upper estimate)"
+                         if accessed else ""),
+      f"  float32 arrays written to HBM: {big['scores']} of [.., L, L], {big['logits']} of "
+      "[.., vocab]",
       "  collectives: " + (", ".join(
           f"{k} x{v['count']} {v['bytes'] / 2 ** 20:.1f} MiB"
           for k, v in sorted(report["collectives"].items())) or "none"),
-      f"  roofline: compute {ms(t['compute'])}, memory {ms(t['memory'])}, collectives "
-      f"{ms(t['collectives'])} -> step >= {report['step_seconds_estimate'] * 1e3:.1f} ms, MFU <= "
-      f"{report['mfu_estimate']:.1%}",
+      f"  roofline terms: compute {ms(t['compute'])}, memory {ms(t['memory'])}, collectives "
+      f"{ms(t['collectives'])} -> step ~ {ms(step['overlapped'])} (overlapped) to "
+      f"{ms(step['serial'])} (serial), MFU ~ {mfu['serial']:.1%} to {mfu['overlapped']:.1%} "
+      "(estimates, not bounds)",
       f"  largest batch that fits: >= {report['batch_size_bound']} (one compile's bound)",
       f"  chip figures: {chip['source']}",
   ]
   return "\n".join(lines)
 
 
-# The README's table: the paper's two models at the paper's batch on four TPU slices, with
-# params replicated (all-data) and split over every chip (FSDP), computing in bfloat16.
+# docs/accelerators/table.md: the paper's two models at the paper's batch on four TPU slices
+# and two GPU hosts, params replicated (all-data) and split over every chip (FSDP), in bf16.
 TABLE_CONFIGS = ("configs/big.py", "configs/base.py")
-# h100:8 needs jax's CUDA plugin (not in any extra: pip install jax-cuda12-plugin
-# jax-cuda12-pjrt); without it `scripts/compile.py --table` says so and skips those rows.
-TABLE_TARGETS = ("v5e:4x4", "v4:2x2x1", "v5p:2x2x1", "v6e:4x4", "h100:8")
+# The GPU rows need jax's CUDA plugin (not in any extra: pip install 'jax-cuda12-plugin==V'
+# 'jax-cuda12-pjrt==V' with V jax's version); without it `scripts/compile.py --table` says so
+# and skips those rows.
+TABLE_TARGETS = ("v5e:4x4", "v4:2x2x1", "v5p:2x2x1", "v6e:4x4", "h100:8", "h200:8")
 TABLE_LAYOUTS = {"all-data": 1, "fsdp": -1}
 
 
 def _ratio(value: Optional[float]) -> str:
   return "n/a" if value is None else f"{value:.3f}"
-
-
-def _mfu_bound(report: dict[str, Any]) -> str:
-  # Without XLA's byte count (XLA:GPU gives none) the bound is compute alone: 100%, says nothing.
-  if report["roofline_seconds"]["memory"] is None:
-    return "n/a (no byte count)"
-  return f"{report['mfu_estimate']:.0%}"
 
 
 def table_row_name(config_path: str, target: str, layout: str) -> str:
@@ -298,19 +436,24 @@ def table_row_name(config_path: str, target: str, layout: str) -> str:
 
 def table_markdown(rows: dict[str, dict[str, Any]]) -> str:
   """The markdown table of `rows` ({name: report}), one line a report, in name order."""
-  head = ("| config | target | layout | per-device memory (GiB) | fits | batch that fits | "
-          "collective MiB / step | XLA / analytic FLOPs | step >= (ms) | MFU <= |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+  head = ("| config | target | layout | attention | per-device memory (GiB) | fits | "
+          "batch that fits | HBM GB / step (HLO) | collective MiB / step | XLA / analytic "
+          "FLOPs | step ~ (ms) | MFU ~ |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
   lines = [head]
   for name in sorted(rows):
     r = rows[name]
-    config, _, layout = name.partition("_")[0], None, name.rsplit("_", 1)[-1]
+    step, mfu = r["step_seconds_estimate"], r["mfu_estimate"]
+    config, layout = name.partition("_")[0], name.rsplit("_", 1)[-1]
     unit = "GPUs" if "NVIDIA" in r["chip"] else "chips"
     lines.append(
         f"| {config} | {r['target']} ({r['devices']} {unit}) | {layout} | "
+        f"{r['attention_kernel']} | "
         f"{r['memory_bytes']['total'] / GIB:.2f} of {r['hbm_bytes'] / GIB:.1f} | "
         f"{'yes' if r['fits'] else 'no'} | >= {r['batch_size_bound']} | "
+        f"{r['hbm_traffic_per_device'] / 1e9:.1f} | "
         f"{r['collective_bytes_per_device'] / 2 ** 20:.0f} | "
         f"{_ratio(r['flops_per_device']['xla_over_analytic'])} | "
-        f"{r['step_seconds_estimate'] * 1e3:.0f} | {_mfu_bound(r)} |")
+        f"{step['overlapped'] * 1e3:.0f}-{step['serial'] * 1e3:.0f} | "
+        f"{mfu['serial']:.0%}-{mfu['overlapped']:.0%} |")
   return "\n".join(lines) + "\n"

@@ -69,6 +69,54 @@ def _smoothed_entropy(vocab_size: int, label_smoothing: float) -> float:
   return -(xlogx(confidence) + (vocab_size - 1) * xlogx(low))
 
 
+def logit_statistics(logits: jax.Array,
+                     targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(log Z, the target's logit, the sum of the logits), each float32[B, L], of logits
+  float[B, L, V] in any dtype: every loss term is a function of these three.
+
+  Computed in float32 from the logits as they are. Logits in a lower precision (a bfloat16
+  step) take `lean_logit_statistics`'s gradient, which keeps no float32 [B, L, V] copy;
+  float32 logits take autodiff's, as they always have.
+  """
+  if logits.dtype == jnp.float32:
+    return _statistics(logits, targets)
+  return lean_logit_statistics(logits, targets)
+
+
+def _statistics(logits, targets):
+  x = logits.astype(jnp.float32)
+  # Gathered before the cast: a gather of the float32 copy made XLA:TPU write that copy.
+  target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  return jax.nn.logsumexp(x, axis=-1), target_logit.astype(jnp.float32), jnp.sum(x, axis=-1)
+
+
+@jax.custom_vjp
+def lean_logit_statistics(logits: jax.Array,
+                          targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`logit_statistics` with its own gradient: the backward pass keeps the logits in their
+  dtype and log Z [B, L] and recomputes softmax from them, where autodiff would keep a
+  float32 [B, L, V] copy (twice the bytes of bfloat16 logits, written and read back)."""
+  return _statistics(logits, targets)
+
+
+def _logit_statistics_fwd(logits, targets):
+  stats = _statistics(logits, targets)
+  return stats, (logits, targets, stats[0])
+
+
+def _logit_statistics_bwd(residuals, cotangents):
+  logits, targets, log_z = residuals
+  g_log_z, g_target, g_sum = (g[..., None] for g in cotangents)
+  # d log Z / d logit_v = softmax_v; d target logit = one-hot; d sum = 1.
+  softmax = jnp.exp(logits.astype(jnp.float32) - log_z[..., None])
+  is_target = jnp.arange(logits.shape[-1]) == targets[..., None]
+  grad = g_log_z * softmax + jnp.where(is_target, g_target, 0.0) + g_sum
+  return grad.astype(logits.dtype), None
+
+
+lean_logit_statistics.defvjp(_logit_statistics_fwd, _logit_statistics_bwd)
+
+
 def cross_entropy(
     logits: jax.Array,
     targets: jax.Array,
@@ -80,7 +128,8 @@ def cross_entropy(
   """Weighted token cross-entropy with optional label smoothing and z-loss, in float32.
 
   Args:
-    logits: float[B, L, V], any float dtype; upcast to float32 before anything else.
+    logits: float[B, L, V], any float dtype (bfloat16 in a bfloat16 step); read in float32
+      (`logit_statistics`), never copied to float32 as a whole.
     targets: int[B, L] token ids.
     weights: float[B, L], or None for `targets > 0` (pad id 0 contributes nothing).
       Given weights are used as they are (not combined with the pad mask).
@@ -107,22 +156,20 @@ def cross_entropy(
   if label_smoothing > 0.0 and vocab_size < 2:
     raise ConfigError("label_smoothing needs a vocabulary of at least 2 tokens.")
 
-  logits = logits.astype(jnp.float32)
   if weights is None:
     weights = (targets > 0).astype(jnp.float32)
   else:
     weights = weights.astype(jnp.float32)
 
-  # log p_v = logits_v - log_z; the target term and the sum over v are taken from the logits
+  # log p_v = logits_v - log_z; the target term and the sum over v come from the logits
   # directly, so no [B, L, V] one-hot or log-softmax array is built.
-  log_z = jax.nn.logsumexp(logits, axis=-1)  # [B, L]
-  target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  log_z, target_logit, sum_logits = logit_statistics(logits, targets)
   nll = log_z - target_logit  # [B, L]
 
   if label_smoothing > 0.0:
     confidence = 1.0 - label_smoothing
     low = label_smoothing / (vocab_size - 1)
-    sum_log_p = jnp.sum(logits, axis=-1) - vocab_size * log_z  # sum_v log p_v, [B, L]
+    sum_log_p = sum_logits - vocab_size * log_z  # sum_v log p_v, [B, L]
     # -sum_v q_v log p_v = confidence * nll - low * (sum_v log p_v - log p_target).
     smoothed = confidence * nll - low * (sum_log_p + nll)
     smoothed = smoothed - _smoothed_entropy(vocab_size, label_smoothing)
@@ -130,6 +177,7 @@ def cross_entropy(
     smoothed = nll
 
   z_term = z_loss * jnp.square(log_z)
+  # Accuracy from the same logits, in their own dtype (no float32 copy).
   correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
   return LossOutput(
       loss_sum=jnp.sum(weights * (smoothed + z_term)),

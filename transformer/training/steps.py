@@ -200,6 +200,25 @@ def make_grads_fn(model: nn.Module, *, label_smoothing: float = 0.0,
   return grads
 
 
+class OnMesh:
+  """A jitted function traced, lowered and called with its mesh in context
+  (`jax.sharding.use_abstract_mesh`), so that the model sees the chip it is compiled for
+  (`attention.target_platform`: a TPU slice compiled for from a CPU host) and a kernel XLA
+  cannot partition runs per device. (The abstract mesh, unlike `jax.set_mesh`, may also be
+  entered inside a trace: `jax.eval_shape(steps.init, ...)`.)"""
+
+  def __init__(self, fn: Callable[..., Any], mesh: Mesh):
+    self.fn, self.mesh = fn, mesh
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh):
+      return self.fn(*args, **kwargs)
+
+  def lower(self, *args: Any, **kwargs: Any) -> Any:
+    with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh):
+      return self.fn.lower(*args, **kwargs)
+
+
 class Steps(NamedTuple):
   """What `build_steps` makes of an experiment config, every function jit-compiled."""
   train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics), state donated
@@ -236,7 +255,7 @@ def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh)
                       in_shardings=(state_sh.params, data), out_shardings=repl)
   grads = jax.jit(make_grads_fn(model, **loss))
   init = jax.jit(init_fn, out_shardings=state_sh)
-  return Steps(train, eval_step, grads, init, state_sh, tx, lr_fn)
+  return Steps(*(OnMesh(fn, mesh) for fn in (train, eval_step, grads, init)), state_sh, tx, lr_fn)
 
 
 def evaluate(eval_step: Callable[[Any, Batch], losses.LossOutput], params: Any,
