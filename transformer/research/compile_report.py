@@ -27,11 +27,11 @@ devices, compiles it, and reports per device:
 Neither estimate is a bound. The HLO byte count is a first-order model of traffic (each
 top-level op reads its operands once; a matmul's re-reads of its tiles and the caches are not
 modelled), XLA's "bytes accessed" an upper one (it counts operands that memory-space
-assignment keeps on chip, 1.5-4x the HLO count here), and real kernels reach less than the
-published peaks. The compute term takes the analytic FLOPs where XLA counts fewer: it cannot
-see inside a custom-call kernel (Pallas, cuDNN) and counts a loop body once (gradient
-accumulation, scanned layers, FSDP's collective matmuls); bytes and collectives are then one
-iteration's too.
+assignment keeps on chip: 1.0-4.5x the HLO count on the TPU rows of docs/accelerators), and
+real kernels reach less than the published peaks. The compute term takes the analytic FLOPs
+where XLA counts fewer: it cannot see inside a custom-call kernel (Pallas, cuDNN) and counts a
+loop body once (gradient accumulation, scanned layers, FSDP's collective matmuls); bytes and
+collectives are then one iteration's too.
 """
 
 from __future__ import annotations
