@@ -79,6 +79,13 @@ DETACH="${DETACH:-0}"
 GCLOUD="${GCLOUD:-gcloud}"
 DRY_RUN="${DRY_RUN:-0}"
 WORKERS="${WORKERS:-1}"
+# A switch is 0 or 1: DRY_RUN=yes must not run the real gcloud.
+for switch in SPOT DETACH DRY_RUN; do
+  case "${!switch}" in 0|1) ;; *) die "$switch=${!switch} must be 0 or 1" ;; esac
+done
+case "$WORKERS" in
+  ''|0|*[!0-9]*) die "WORKERS=$WORKERS must be a positive integer (the slice's workers)" ;;
+esac
 if [ -z "${RUNTIME_VERSION:-}" ]; then
   case "$ACCELERATOR_TYPE" in
     v6e-*) RUNTIME_VERSION=v2-alpha-tpuv6e ;;

@@ -3,7 +3,7 @@ FLOPs, HBM traffic, collectives and roofline estimates (transformer/research/com
 
   python scripts/compile.py --config=configs/big.py --target=v5e:4x4 --config.model.dtype=bfloat16
 
---table=DIR compiles every row of the README's table missing from DIR (one JSON a row) and
+--table=DIR compiles every row of docs/accelerators/table.md missing from DIR (one JSON a row) and
 writes DIR/table.md; with --aggregate_only it only rebuilds table.md from the JSON files.
 Needs libtpu for TPU targets (pip install -e '.[tpu]') and jax's CUDA plugin for h100:N and
 h200:N (docs/speed.md).
@@ -26,7 +26,7 @@ _TARGET = flags.DEFINE_string(
     "target", "v5e:4x4", "A TPU topology (v5e:4x4, v4:2x2x1, ...), or h100:N or h200:N (N GPUs "
     "in one host).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON report here too.")
-_TABLE = flags.DEFINE_string("table", None, "Build the README's table in this directory.")
+_TABLE = flags.DEFINE_string("table", None, "Build docs/accelerators/table.md's rows in this directory.")
 _AGGREGATE_ONLY = flags.DEFINE_bool("aggregate_only", False, "With --table: no compiling.")
 _ONLY = flags.DEFINE_string("only", "", "With --table: compile only rows whose name holds this "
                             "(e.g. big_v4), to share the rows between processes.")

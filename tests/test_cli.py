@@ -62,6 +62,21 @@ def test_mistakes_found_while_the_flags_are_parsed_are_one_line(monkeypatch, cap
                  "\"dmodel\"?")
 
 
+def test_an_empty_workdir_is_refused_before_anything_is_written(tmp_path):
+  """`--workdir=$RUN` with RUN unset trained into the current directory."""
+  import subprocess
+  from conftest import DEFAULT, TRAIN, script_env
+  for workdir in ("", " "):
+    run = subprocess.run([sys.executable, TRAIN, f"--config={DEFAULT}", f"--workdir={workdir}"],
+                         cwd=tmp_path, env=script_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 1
+    assert run.stderr.strip().endswith(
+        "error: --workdir is empty (an unset shell variable?); pass the run's directory, e.g. "
+        "--workdir=/tmp/run.")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_user_error_raised_by_a_config_files_get_config_is_one_line(monkeypatch, capsys,
                                                                      tmp_path):
   from absl import flags

@@ -441,6 +441,12 @@ def test_slurm_dry_run_prints_what_every_task_runs_outside_slurm():
     (["train"], {}, "WORKDIR"),
     (["reboot"], {}, "unknown command"),
     (["create"], {"TPU_NAME": ""}, "TPU_NAME"),
+    # Any switch value but 0/1 is refused before anything runs (DRY_RUN=yes ran the real
+    # gcloud, and `create` would have made a TPU).
+    (["create"], {"DRY_RUN": "yes"}, "DRY_RUN=yes must be 0 or 1"),
+    (["train"], {"DETACH": "true", "WORKDIR": "gs://b/r"}, "DETACH=true must be 0 or 1"),
+    (["create"], {"SPOT": "2"}, "SPOT=2 must be 0 or 1"),
+    (["setup"], {"WORKERS": "abc"}, "WORKERS=abc must be a positive integer"),
 ])
 def test_tpu_vm_errors(fake_gcloud, args, env, message):
   result, calls, _ = fake_gcloud(*args, **env)
@@ -495,6 +501,8 @@ def test_slurm_runs_one_srun_over_all_tasks(fake_slurm):
     ({"WORKDIR": None}, "WORKDIR"),
     ({"SLURM_JOB_ID": None}, "sbatch"),
     ({"CONFIG": "configs/missing.py"}, "configs/missing.py"),
+    ({"DRY_RUN": "yes"}, "DRY_RUN=yes must be 0 or 1"),
+    ({"SLURM_NTASKS": "abc"}, "SLURM_NTASKS=abc must be a positive integer"),
 ])
 def test_slurm_errors(fake_slurm, env, message):
   result, srun = fake_slurm(**env)

@@ -127,6 +127,21 @@ def test_an_unwritable_output_fails_before_any_work(tmp_path):
     lines_io.decode_file(str(tmp_path / "no_run"), str(tmp_path / "missing.txt"))
 
 
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
+  """decode's --output=--input, evaluate's --output=--input or --reference (also through
+  another spelling of the same path) would overwrite the user's file with hypotheses."""
+  source, reference = tmp_path / "in.txt", tmp_path / "ref.txt"
+  source.write_text("a b\n")
+  reference.write_text("b a\n")
+  with pytest.raises(loading.InferenceError, match=r"^--output=.*in.txt is also --input, which "
+                     r"writing it would overwrite; pass another --output.$"):
+    lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(source))
+  for output, flag in ((source, "--input"), (tmp_path / "." / "ref.txt", "--reference")):
+    with pytest.raises(loading.InferenceError, match=f"is also {flag}, "):
+      lines_io.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(output))
+  assert source.read_text() == "a b\n" and reference.read_text() == "b a\n"
+
+
 def test_the_decoding_flags_are_in_each_scripts_help():
   for script in ("decode.py", "evaluate.py"):
     run = _script(script, "--help")  # absl's --help ends with exit status 1

@@ -70,7 +70,7 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
   from absl import flags
 
   try:
-    return flags.FLAGS(list(argv))
+    rest = flags.FLAGS(list(argv))
   except flags.Error as e:
     last = str(e).strip().splitlines()[-1].strip()
     prefix = f"{errors.__name__}."
@@ -86,6 +86,13 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
     sys.stderr.write(f"FATAL Flags parsing error: {text}\n"
                      "Pass --helpshort or --helpfull to see help on flags.\n")
     sys.exit(1)
+  # An empty --workdir (an unset shell variable: --workdir=$RUN) would be the current
+  # directory, and a training run would fill the repository root.
+  workdir = flags.FLAGS["workdir"].value if "workdir" in flags.FLAGS else None
+  if workdir is not None and not workdir.strip():
+    exit_with("--workdir is empty (an unset shell variable?); pass the run's directory, e.g. "
+              "--workdir=/tmp/run.")
+  return rest
 
 
 def _without_closed_loop_noise(hook: Callable[[Any], None]) -> Callable[[Any], None]:

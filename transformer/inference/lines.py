@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import jax
 import ml_collections
@@ -128,9 +128,20 @@ def read_lines(path: str) -> list[str]:
                                  "text file, or '-' for stdin.") from None
 
 
-def check_writable(path: str) -> None:
+def _same_file(a: str, b: str) -> bool:
+  if storage.is_local(a) and storage.is_local(b):
+    return os.path.realpath(a) == os.path.realpath(b)
+  return a == b
+
+
+def check_writable(path: str, inputs: Optional[Mapping[str, str]] = None) -> None:
   """Raises an InferenceError now, before any decoding, if `path` ('-' = stdout) cannot be
-  written."""
+  written, or is one of `inputs` ({flag: path} of the files read): outputs never overwrite
+  inputs."""
+  for flag, source in (inputs or {}).items():
+    if path != "-" and _same_file(path, source):
+      raise loading.InferenceError(f"--output={path} is also {flag}, which writing it would "
+                                   "overwrite; pass another --output.")
   if path == "-" or not storage.is_local(path):  # an object store: its write says if not
     return
   folder = os.path.dirname(os.path.abspath(path))
@@ -160,7 +171,7 @@ def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,
                 seed: int = 0) -> dict[str, Any]:
   """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`;
   returns what it did: {'workdir', 'step' (the checkpoint loaded), 'lines', 'output'}."""
-  check_writable(output_path)
+  check_writable(output_path, {"--input": input_path})
   lines = read_lines(input_path)
   loaded = loading.load(workdir, step, tokenizer)
   outputs = decode_lines(loaded, lines, config, batch_size=batch_size, max_len=max_len,
@@ -177,7 +188,7 @@ def score_file(workdir: str, input_path: str, reference_path: str,
   `sacrebleu REFERENCE -i HYPOTHESES` prints; writes the hypotheses to `output_path` if given.
   Returns {'workdir', 'step', 'num_examples', 'bleu', 'bleu_signature', 'exact_match', ...}."""
   if output_path is not None:
-    check_writable(output_path)
+    check_writable(output_path, {"--input": input_path, "--reference": reference_path})
   sources, references = read_lines(input_path), read_lines(reference_path)
   if len(sources) != len(references):
     raise loading.InferenceError(
