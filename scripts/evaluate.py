@@ -39,8 +39,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   if (_INPUT.value is None) != (_REFERENCE.value is None):
-    raise app.UsageError("--input and --reference go together (a test set's sources and "
-                         "references).")
+    missing = "--reference" if _REFERENCE.value is None else "--input"
+    raise app.UsageError(f"{missing} is missing: --input and --reference go together (a test "
+                         "set's sources and references).")
   if _INPUT.value is not None:
     results = lines.score_file(_WORKDIR.value, _INPUT.value, _REFERENCE.value, _OUTPUT.value,
                                config=_DECODE_CONFIG(), step=_STEP.value,

@@ -77,6 +77,26 @@ def test_an_empty_workdir_is_refused_before_anything_is_written(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("text, message", [
+    ("def get_config(:\n  return 5\n",
+     "error: --config file {path} does not parse: invalid syntax at line 1; fix it."),
+    ("def get_config():\n  return 5\n",
+     "error: --config={path}: get_config() must return an ml_collections.ConfigDict, not int."),
+])
+def test_a_config_file_that_does_not_parse_or_give_a_config_is_one_line(tmp_path, text, message):
+  """A syntax error printed absl's 54-line traceback; a get_config() returning 5 an
+  AttributeError at its first use."""
+  import subprocess
+  from conftest import TRAIN, script_env
+  path = tmp_path / "bad.py"
+  path.write_text(text)
+  run = subprocess.run([sys.executable, TRAIN, f"--config={path}", f"--workdir={tmp_path / 'w'}"],
+                       env=script_env(), capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1
+  assert run.stderr.strip().splitlines()[-1] == message.format(path=path)
+  assert "Traceback" not in run.stderr and not (tmp_path / "w").exists()
+
+
 def test_a_user_error_raised_by_a_config_files_get_config_is_one_line(monkeypatch, capsys,
                                                                      tmp_path):
   from absl import flags

@@ -142,6 +142,16 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
   assert source.read_text() == "a b\n" and reference.read_text() == "b a\n"
 
 
+def test_an_empty_test_set_is_one_line(tmp_path):
+  """Empty --input and --reference files: sacrebleu's IndexError before."""
+  (tmp_path / "empty.src").write_text("")
+  (tmp_path / "empty.ref").write_text("")
+  with pytest.raises(loading.InferenceError, match=r"^--input=.*empty.src holds no line: there is "
+                     r"nothing to score; pass a test set of at least one line.$"):
+    lines_io.score_file(str(tmp_path / "no_run"), str(tmp_path / "empty.src"),
+                        str(tmp_path / "empty.ref"))
+
+
 def test_the_decoding_flags_are_in_each_scripts_help():
   for script in ("decode.py", "evaluate.py"):
     run = _script(script, "--help")  # absl's --help ends with exit status 1
@@ -165,4 +175,7 @@ def test_evaluate_scores_a_named_test_set_as_sacrebleus_command_line_does(decode
                                           abs=1e-6)
   assert f"wrote {hypotheses}" in run.stderr
   run = _script("evaluate.py", f"--workdir={decode_run}", f"--input={tmp_path / 'test.src'}")
-  assert run.returncode == 1 and "--input and --reference go together" in run.stderr
+  assert run.returncode == 1
+  assert "--reference is missing: --input and --reference go together" in run.stderr
+  run = _script("evaluate.py", f"--workdir={decode_run}", f"--reference={tmp_path / 'test.ref'}")
+  assert run.returncode == 1 and "--input is missing: " in run.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from test_grid import REPO, TINY, tiny_sweep
 from transformer import storage
-from transformer.errors import TrainingError
+from transformer.errors import ConfigError, TrainingError
 from transformer.research import sweeps
 from transformer.training import loop
 
@@ -186,6 +186,13 @@ def test_seeds_given_on_the_command_line_are_checked_against_confirm_seeds(tmp_p
   lines = sweeps.run_command(str(path), str(tmp_path / "w"), seeds=["0", "1"],
                              print_launch=True).splitlines()
   assert len(lines) == 2 * 2 * 2 + 1  # arms x rates x seeds, then the aggregation command
+  # Seeds that are not integers, repeat, or are negative: one line each (a ValueError and
+  # silently repeated runs before).
+  for bad, message in ((["a"], r"^--seeds=a must be integers, e.g. --seeds=0,1,2.$"),
+                       (["0", "0"], r"^seeds=\[0, 0\] must be distinct integers >= 0"),
+                       (["-1"], r"^seeds=\[-1\] must be distinct integers >= 0")):
+    with pytest.raises(ConfigError, match=message):
+      sweeps.run_command(str(path), str(tmp_path / "w"), seeds=bad, print_launch=True)
 
 
 def test_a_translation_point_records_test_bleu_and_encoder_diagnostics(tmp_path):

@@ -55,6 +55,10 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
   except KeyboardInterrupt:
     print("Interrupted.", file=sys.stderr)
     sys.exit(EXIT_INTERRUPTED)
+  except SyntaxError as e:  # a config file's, met while absl loads it (a bug in main's own code
+    if started:             # is raised as it is)
+      raise
+    exit_with(f"--config file {e.filename} does not parse: {e.msg} at line {e.lineno}; fix it.")
   except (KeyError, AttributeError, ValueError, TypeError, OSError) as e:
     if started:
       raise
@@ -155,14 +159,17 @@ def config_of(holder: Any) -> Any:
   from ml_collections import config_flags
 
   config = holder.value
+  path = lambda: config_flags.get_config_filename(flags.FLAGS[holder.name])  # noqa: E731
   try:
     config.keys()  # a config that failed to load raises here
   except OSError as e:
-    path = config_flags.get_config_filename(flags.FLAGS[holder.name])
-    if not os.path.isfile(path.split(":")[0]):
-      raise ConfigError(f"--{holder.name}={path} does not exist; pass an existing config file "
+    if not os.path.isfile(path().split(":")[0]):
+      raise ConfigError(f"--{holder.name}={path()} does not exist; pass an existing config file "
                         "such as configs/default.py.") from None
-    raise ConfigError(f"--{holder.name}={path} could not be loaded: {one_line(e)}.") from None
+    raise ConfigError(f"--{holder.name}={path()} could not be loaded: {one_line(e)}.") from None
+  except AttributeError:  # get_config() returned something else than a config
+    raise ConfigError(f"--{holder.name}={path()}: get_config() must return an "
+                      f"ml_collections.ConfigDict, not {type(config).__name__}.") from None
   return config
 
 

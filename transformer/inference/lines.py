@@ -190,6 +190,9 @@ def score_file(workdir: str, input_path: str, reference_path: str,
   if output_path is not None:
     check_writable(output_path, {"--input": input_path, "--reference": reference_path})
   sources, references = read_lines(input_path), read_lines(reference_path)
+  if not sources:
+    raise loading.InferenceError(f"--input={input_path} holds no line: there is nothing to "
+                                 "score; pass a test set of at least one line.")
   if len(sources) != len(references):
     raise loading.InferenceError(
         f"--input={input_path} has {len(sources)} lines but --reference={reference_path} has "

@@ -155,6 +155,10 @@ def check_sweep(sweep: Sweep) -> None:
     raise ConfigError(f"get_sweep() must return a transformer.research.sweeps.Sweep, not {type(sweep)}.")
   if not sweep.seeds:
     raise ConfigError("The sweep has no seeds.")
+  seeds = list(sweep.seeds)
+  if len(set(seeds)) != len(seeds) or not all(
+      isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+    raise ConfigError(f"seeds={seeds} must be distinct integers >= 0 (one run each).")
   if not os.path.isfile(sweep.base):
     raise ConfigError(f"base={sweep.base!r} is not a file (run from the repository root).")
   for axis in sweep.axes:

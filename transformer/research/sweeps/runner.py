@@ -199,7 +199,12 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
   commands), then rebuild the report; returns the text to print."""
   sweep = load_sweep(config_path)
   if seeds:
-    sweep = dataclasses.replace(sweep, seeds=tuple(int(s) for s in seeds))
+    try:
+      values = tuple(int(s) for s in seeds)
+    except ValueError:
+      raise ConfigError(f"--seeds={','.join(map(str, seeds))} must be integers, e.g. "
+                        "--seeds=0,1,2.") from None
+    sweep = dataclasses.replace(sweep, seeds=values)
     check_sweep(sweep)  # e.g. --seeds that repeat the sweep's confirm_seeds: one line
   if print_launch:
     return "\n".join(launch_lines(sweep, config_path, workdir))
