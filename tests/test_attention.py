@@ -120,8 +120,11 @@ def test_cudnn_without_a_gpu_is_one_clear_line():
     attention.dot_product_attention(q, q, q, implementation="cudnn")
 
 
-def test_cudnn_in_float32_is_one_clear_line(monkeypatch):
+def test_cudnn_in_float32_or_without_an_attached_gpu_is_one_clear_line(monkeypatch):
   monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+  with pytest.raises(ConfigError, match=r"^attention_impl='cudnn' needs an attached NVIDIA GPU"):
+    attention.resolve_implementation("cudnn", jnp.bfloat16)  # compiling for an absent GPU
+  monkeypatch.setattr(attention, "_cudnn_capable", lambda: True)
   q = jnp.ones((1, 4, 2, 8), jnp.float32)
   with pytest.raises(ConfigError, match=r"^attention_impl='cudnn' computes in bfloat16 or float16, "
                      r"and this model computes in float32; set --config.model.dtype=bfloat16 or "
@@ -136,8 +139,12 @@ def test_cudnn_in_float32_is_one_clear_line(monkeypatch):
     ("rocm", jnp.bfloat16, "einsum")])  # a TPU: the test below
 def test_auto_picks_the_kernel_of_the_chip(monkeypatch, platform, dtype, kernel):
   monkeypatch.setattr(attention, "target_platform", lambda: platform)
+  monkeypatch.setattr(attention, "_cudnn_capable", lambda: True)  # an Ampere+ GPU attached
   assert attention.resolve_implementation("auto", dtype) == kernel
   assert attention.resolve_implementation("einsum", dtype) == "einsum"  # a named one is kept
+  monkeypatch.setattr(attention, "_cudnn_capable", lambda: False)  # older, or not attached
+  assert attention.resolve_implementation("auto", dtype) == (
+      "einsum" if kernel == "cudnn" else kernel)
 
 
 def test_auto_is_the_einsum_path_on_this_cpu_and_the_default():
@@ -168,6 +175,7 @@ def test_splash_on_a_gpu_is_one_clear_line(monkeypatch):
 
 def test_the_kernel_a_step_runs_names_the_einsum_fallbacks(monkeypatch):
   monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+  monkeypatch.setattr(attention, "_cudnn_capable", lambda: True)
   cfg = ModelConfig(dtype="bfloat16")
   assert attention.step_kernel(cfg) == "cudnn"
   assert attention.step_kernel(cfg.replace(attn_logit_softcap=5.0)) == "einsum"

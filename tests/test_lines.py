@@ -140,6 +140,10 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
     with pytest.raises(loading.InferenceError, match=f"is also {flag}, "):
       lines_io.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(output))
   assert source.read_text() == "a b\n" and reference.read_text() == "b a\n"
+  # gs:// paths are compared as written (no local realpath), before anything is read.
+  with pytest.raises(loading.InferenceError, match="is also --input, "):
+    lines_io.check_writable("gs://bucket/in.txt", {"--input": "gs://bucket/in.txt"})
+  lines_io.check_writable("gs://bucket/out.txt", {"--input": "gs://bucket/in.txt"})
 
 
 def test_an_empty_test_set_is_one_line(tmp_path):

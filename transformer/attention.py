@@ -135,12 +135,13 @@ def _runs_per_device() -> bool:
 
 
 def _cudnn_capable() -> bool:
-  """cuDNN's fused attention needs compute capability 8.0 (Ampere) or newer. Compiling for
-  an absent GPU (the compile report's H100 and H200) reads no attached device."""
+  """cuDNN's fused attention needs an attached NVIDIA GPU of compute capability 8.0 (Ampere)
+  or newer: JAX reads the device's capability to lower it, so a program compiled for an
+  absent GPU (the compile report's H100 and H200 rows) cannot hold it."""
   try:
     device = jax.devices("gpu")[0]
   except RuntimeError:  # no GPU attached
-    return True
+    return False
   return float(getattr(device, "compute_capability", "0")) >= 8.0
 
 
@@ -150,7 +151,8 @@ def resolve_implementation(implementation: str, dtype: jax.typing.DTypeLike) -> 
   'auto': Pallas splash attention on a TPU (with a mesh in context, or on one chip: the
   kernel runs per device), cuDNN's fused attention on an NVIDIA GPU of compute capability 8.0
   or newer in bfloat16 or float16, the einsum path elsewhere (a CPU, float32, an older or
-  non-NVIDIA GPU, a multi-chip TPU with no mesh in context). An explicit choice is kept, and
+  non-NVIDIA GPU, a GPU compiled for but not attached, a multi-chip TPU with no mesh in
+  context). An explicit choice is kept, and
   refused in one line where it cannot run.
   """
   if implementation not in IMPLEMENTATIONS:
@@ -167,6 +169,9 @@ def resolve_implementation(implementation: str, dtype: jax.typing.DTypeLike) -> 
     raise ConfigError(f"attention_impl='cudnn' computes in bfloat16 or float16, and this model "
                       f"computes in {jnp.dtype(dtype).name}; set --config.model.dtype=bfloat16 "
                       "or use attention_impl='auto'.")
+  if implementation == "cudnn" and not _cudnn_capable():
+    raise ConfigError("attention_impl='cudnn' needs an attached NVIDIA GPU of compute "
+                      "capability 8.0 or newer (JAX reads it to compile the kernel); use 'auto'.")
   if implementation == "splash" and platform not in ("tpu", "cpu"):
     raise ConfigError(f"attention_impl='splash' is the TPU's kernel (interpreted on a CPU, for "
                       f"tests), and JAX runs on {platform}; use 'auto'.")

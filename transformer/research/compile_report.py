@@ -276,36 +276,15 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]
   return built.train.lower(state, batch, rng).compile(), model, state, mesh
 
 
-def _compilable_kernel(config: ml_collections.ConfigDict,
-                       devices: Sequence[Any]) -> tuple[str, ml_collections.ConfigDict]:
-  """(the attention kernel the report compiles, the config it compiles): the config's own,
-  except cuDNN's fused attention, which JAX lowers only with a GPU attached (it reads the
-  device's compute capability); then the einsum path, and the kernel's name says so."""
-  cfg = experiment.model_config(config, config.model.vocab_size or 32000)
-  with jax.set_mesh(sharding.make_mesh(devices, config.fsdp)):
-    kernel = step_kernel(cfg)
-  if kernel != "cudnn" or _attached("gpu"):
-    return kernel, config
-  config = config.copy_and_resolve_references()
-  config.model.attention_impl = "einsum"
-  return "einsum (cuDNN's kernel compiles only with a GPU attached)", config
-
-
-def _attached(platform: str) -> bool:
-  try:
-    return bool(jax.devices(platform))
-  except RuntimeError:  # no such backend here
-    return False
-
-
 def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, Any]:
   """The report of the module docstring for `config` on `target` (see `target_devices`)."""
   experiment.validate(config)
   devices, chip = target_devices(target)
-  kernel, config = _compilable_kernel(config, devices)
   compiled, model, state, mesh = compile_train_step(config, devices)
   cfg = model.config
   n = len(devices)
+  with jax.set_mesh(mesh):  # 'auto' as the step resolved it, for the target's chips
+    kernel = step_kernel(cfg)
   memory = compiled.memory_analysis()
   mem = {"arguments": memory.argument_size_in_bytes, "outputs": memory.output_size_in_bytes,
          "aliased": memory.alias_size_in_bytes, "temporaries": memory.temp_size_in_bytes,
