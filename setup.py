@@ -11,11 +11,11 @@ setuptools.setup(
     version="0.1.0",
     description="A faithful, fast Transformer in JAX/Flax whose every scale factor is a config knob.",
     packages=setuptools.find_packages(include=["transformer", "transformer.*"]),
-    # The highest Requires-Python of jax, flax, orbax-checkpoint and grain (tests/test_setup.py):
-    # an older interpreter gets pip's refusal, not an older, untested stack.
+    # The oldest Python CI tests (.ci/run): there pip picks jax 0.10, the newest for 3.11;
+    # jax 0.11 and 0.12 need 3.12, where CI tests the newest stack (tests/test_setup.py).
     python_requires=">=3.11",
     install_requires=[
-        "jax>=0.6,<0.11",
+        "jax>=0.6,<0.13",
         "flax>=0.10,<0.13",
         "optax>=0.2.4,<0.3",
         "orbax-checkpoint>=0.11,<0.13",
@@ -29,7 +29,7 @@ setuptools.setup(
         "matplotlib>=3.8,<4",
         "tqdm>=4.66,<5",
         # A lock per running sweep point, released by the OS when its process dies.
-        "filelock>=3.12",
+        "filelock>=3.21",  # a lock on a file unlinked at release is not taken
         # TFDS without TensorFlow reads its resources through these.
         "importlib_resources>=6",
         "etils[epath,epy]>=1.7",
@@ -49,7 +49,10 @@ setuptools.setup(
         # TPU VMs; on any machine, libtpu also compiles for a TPU topology that is not
         # attached (scripts/compile.py). jax's own extras pin the matching plugin versions.
         # A TPU VM's disk goes with the VM, so its runs write to gs://: GCS comes with it.
-        "tpu": ["jax[tpu]>=0.6,<0.11", *GCS],
-        "cuda12": ["jax[cuda12]>=0.6,<0.11"],
+        "tpu": ["jax[tpu]>=0.6,<0.13", *GCS],
+        # NVIDIA GPUs: jax's own extras, which pin jax-cuda*-plugin and -pjrt to jax's version.
+        # cuda13 for current drivers and images; cuda12 for older ones.
+        "cuda12": ["jax[cuda12]>=0.6,<0.13"],
+        "cuda13": ["jax[cuda13]>=0.7.2,<0.13"],
     },
 )

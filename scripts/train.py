@@ -7,7 +7,7 @@ Multi-host: JAX detects TPU pod slices and SLURM; elsewhere pass --coordinator_a
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from transformer import cli
@@ -27,12 +27,14 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   config = cli.config_of(_CONFIG)
   # Imported here so that flag and config mistakes are reported before jax starts.
+  import jax
   from transformer.training import experiment, loop, sharding
 
   experiment.validate(config)  # before any process starts, any data or file is written
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   final = loop.train_and_evaluate(config, _WORKDIR.value, validated=True)
-  logging.info("final metrics: %s", final)
+  if jax.process_index() == 0:
+    print("\n".join(loop.summary_lines(final, _WORKDIR.value)))
   if final.get("stopped_by") == "SIGINT":
     sys.exit(cli.EXIT_INTERRUPTED)
 

@@ -51,7 +51,7 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   proc = subprocess.run(
       [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
-       "--config.model.vocab_size=35", "--config.model.d_model=32", "--config.model.d_ff=64",
+       "--config.model.d_model=32", "--config.model.d_ff=64",
        "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
        "--config.batch_size=8", "--config.max_len=8",
        "--mode=train,eval,diagnostics,decode", "--steps=1", "--repeats=1",
@@ -62,6 +62,8 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   result = json.loads(out.read_text())
   assert result["mfu"] > 0 and result["compile_seconds"] > 0 and result["eval_tokens_per_sec"] > 0
   assert result["mfu_peak_source"].startswith("measured matmul peak (cpu")
+  # The vocabulary the synthetic task gives training (32 symbols + 3 reserved ids).
+  assert (result["vocab_size"], result["vocab_from"]) == (35, "the synthetic 'reverse' task")
   assert result["attention_kernel"] == "einsum"  # 'auto' on a CPU
   diag = result["diagnostics"]
   assert diag["every_steps"] == 2 and diag["seconds_with"] > 0 and diag["seconds_without"] > 0

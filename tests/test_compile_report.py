@@ -195,6 +195,16 @@ def test_one_device_is_one_chip_whose_published_figures_apply(tpu, target, kind)
   assert len(devices) == 4 and {d.device_kind for d in devices} == {kind}
 
 
+def test_the_main_job_is_compiled_with_the_vocabulary_its_data_gives(tpu):
+  """configs/default.py takes its vocabulary from the synthetic task: 235,712 params, as
+  training builds them (not a 32,000-token guess)."""
+  config = experiment.load_config(str(REPO / "configs" / "default.py"))
+  report = compile_report.compile_report(config, TARGET)
+  assert (report["params"], report["vocab_size"]) == (235_712, 35)
+  assert "235,712 params (vocabulary 35 from the synthetic 'reverse' task)" in \
+      compile_report.format_report(report)
+
+
 def test_an_unknown_target_is_one_line():
   with pytest.raises(ConfigError, match="Unknown target 'v9x:2x2'"):
     compile_report.target_devices("v9x:2x2")

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, tiny_experiment
 from transformer import checkpoint, model_summary, storage
 from transformer.data import corpus_files
-from transformer.errors import NonFiniteLossError
+from transformer.errors import NonFiniteLossError, UserError
 from transformer.models import apply_model
 from transformer.inference import loading
 from transformer.training import evaluate, experiment, loop, steps, workdir_checks, writers
@@ -215,6 +215,24 @@ def five_steps(tfds_dir, tmp_path_factory):
   return workdir
 
 
+def test_the_summary_puts_the_held_out_figures_first_and_names_the_checkpoint():
+  final = {"eval": {"accuracy": 0.99951, "nll": 0.0123, "perplexity": 1.0124},
+           "decode": {"bleu": 99.9, "exact_match": 0.996, "num_examples": 1000.0},
+           "train": {"loss": 0.5}, "step": 2000}
+  assert loop.summary_lines(final, "/w") == [
+      "Run /w: trained to step 2000.",
+      "  held-out: token accuracy 99.95%, NLL 0.0123, perplexity 1.01",
+      "  decoded held-out: BLEU 99.90, exact 99.60% of 1,000",
+      "  checkpoint /w/checkpoints/2000; metrics /w/metrics.jsonl"]
+  stopped = loop.summary_lines({"step": 7, "stopped_by": "SIGTERM"}, "/w")
+  assert stopped[0] == "Run /w: stopped by SIGTERM at step 7."
+
+
+def test_a_run_that_ended_leaves_no_lock_file(five_steps):
+  names = {p.name for p in five_steps.iterdir()}
+  assert "checkpoints" in names and not {n for n in names if n.startswith("train.lock")}
+
+
 def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tiny_config,
                                                                  tmp_path):
   """Not a silent success that passes the 5-step run off as a 3-step one."""
@@ -250,6 +268,25 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
   assert not list(workdir.glob("*.tmp-*"))
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({"batch_size": 12}, "batch_size=12 is not divisible by the 8 devices"),
+    ({"grad_accum_steps": 3}, "must split into grad_accum_steps=3 micro-batches"),
+    ({"bleu_every_steps": 10}, "bleu_every_steps=10 needs model_type='seq2seq'")])
+def test_batch_and_metric_mistakes_end_before_any_data_and_leave_the_workdir_as_it_was(
+    tiny_config, corpus, tmp_path, fields, message):
+  """No tokenizer trained, no dataset prepared, nothing written, no lock left: the refusal
+  comes before data preparation (a SentencePiece LM, whose preparation would train one)."""
+  workdir = tmp_path / "w"
+  workdir.mkdir()
+  (workdir / "notes.txt").write_text("the user's own")
+  config = _lm_on(corpus, tiny_config, tfds_data_dir=str(tmp_path / "tfds"), **fields)
+  config.tokenizer.update(kind="sentencepiece", vocab_size=300)
+  with pytest.raises(UserError, match=message):
+    loop.train_and_evaluate(config, str(workdir))
+  assert [p.name for p in workdir.iterdir()] == ["notes.txt"]
+  assert not (tmp_path / "tfds").exists()
+
+
 def test_a_second_run_on_a_workdir_in_use_is_refused(tiny_config, tmp_path):
   """Two runs on one workdir would interleave their metrics and checkpoints: the second one
   ends at once, naming the first, and writes nothing."""
@@ -259,8 +296,7 @@ def test_a_second_run_on_a_workdir_in_use_is_refused(tiny_config, tmp_path):
     with pytest.raises(loop.TrainingError, match=rf"^Workdir {workdir} is in use by another "
                        rf"run \(process {os.getpid()} on "):
       loop.train_and_evaluate(tiny_config, str(workdir))
-  assert sorted(p.name for p in workdir.iterdir()) == [workdir_checks.LOCK_FILE,
-                                                       workdir_checks.LOCK_FILE + ".holder"]
+  assert list(workdir.iterdir()) == []  # the first run's lock files, gone with its release
 
 
 def _lm_on(corpus, tiny_config, **fields):

@@ -166,6 +166,30 @@ def test_truncation_is_counted_and_warned_once(data_dir, caplog):
   assert sum("truncated" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_concat_run_is_not_advised_to_use_concat(fake, caplog):
+  """Under packing='concat' only eval and test rows can be cut: the warning says so."""
+  ds = pipeline.get_datasets(fake(model_type="lm", packing="concat", max_len=4),
+                             process_index=0, process_count=1)
+  with caplog.at_level(logging.WARNING):
+    list(ds.eval_batches())
+  [message] = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+  assert "eval and test examples" in message and "packing='concat'" not in message
+
+
+def test_planned_vocab_size_is_the_one_the_data_gives(data_dir):
+  """What the benchmark and compile report build without data is what training builds."""
+  cfg = _config(data_dir, model=dict(vocab_size=None), tokenizer=dict(kind="sentencepiece"))
+  assert pipeline.planned_vocab_size(cfg) == (pipeline.get_datasets(cfg).vocab_size,
+                                              "the synthetic 'reverse' task")
+  cfg.model.vocab_size = 64
+  assert pipeline.planned_vocab_size(cfg) == (64, "model.vocab_size")
+  cfg.model.vocab_size, cfg.dataset = None, "text_files"
+  cfg.tokenizer.kind = "bytes"
+  assert pipeline.planned_vocab_size(cfg) == (259, "the byte tokenizer")
+  cfg.tokenizer.update(kind="sentencepiece", vocab_size=500)
+  assert pipeline.planned_vocab_size(cfg) == (500, "tokenizer.vocab_size")
+
+
 def test_packed_processes_read_disjoint_examples_and_match_one_process(fake):
   per_process = []
   for p in range(2):

@@ -85,6 +85,11 @@ def straight(tfds_dir, tmp_path_factory):
   workdir = tmp_path_factory.mktemp("straight")
   result = _run(_tiny_flags(tfds_dir, workdir, steps=STEPS, every=EVERY))
   assert result.returncode == 0, result.stderr[-2000:]
+  # It ends by saying what it did and where: the held-out figures, the checkpoint it wrote.
+  assert re.search(rf"^Run {workdir}: trained to step {STEPS}\.\n  held-out: token accuracy "
+                   rf"[\d.]+%, NLL [\d.]+, perplexity [\d.]+\n", result.stdout, re.M)
+  assert f"checkpoint {workdir}/checkpoints/{STEPS}; metrics {workdir}/metrics.jsonl" in (
+      result.stdout)
   return workdir
 
 

@@ -101,8 +101,13 @@ def test_a_workdir_in_use_is_refused_naming_its_holder(tmp_path):
       with workdir_checks.workdir_lock(workdir):
         pass
   with workdir_checks.workdir_lock(workdir):  # released with the run
-    pass
-  workdir_checks.remove_if_unused(workdir)
+    assert {p.name for p in tmp_path.iterdir()} == {"train.lock", "train.lock.holder"}
+  assert list(tmp_path.iterdir()) == []  # a run that ended leaves no lock file
+  (tmp_path / "kept").write_text("x")
+  workdir_checks.remove_if_empty(workdir)
+  assert tmp_path.exists()
+  (tmp_path / "kept").unlink()
+  workdir_checks.remove_if_empty(workdir)
   assert not tmp_path.exists()
 
 

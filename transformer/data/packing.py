@@ -65,11 +65,13 @@ class PadBatch:
   Unpacked (`__call__`): one example a row. Missing rows and empty examples ({}) become
   all-zero rows. Packed (`packed`): a list of examples a row, plus segmentation and position.
   A sequence longer than max_len is truncated (its EOS is lost): counted in num_truncated,
-  with one warning naming where the first came from.
+  with one warning naming where the first came from and `remedy`, what would keep it whole.
   """
 
-  def __init__(self, keys: Sequence[str], rows: int, max_len: int):
+  def __init__(self, keys: Sequence[str], rows: int, max_len: int, *,
+               remedy: str = "raise max_len (or use packing='concat' for a language model)"):
     self.keys, self.rows, self.max_len = tuple(keys), rows, max_len
+    self.remedy = remedy
     self.num_truncated = 0
     self._lock = threading.Lock()  # grain calls this from its reader threads
 
@@ -120,9 +122,9 @@ class PadBatch:
         self.num_truncated += truncated
       if report:
         logging.warning("%d sequence(s) longer than max_len=%d were truncated in one batch, their "
-                        "EOS lost%s; raise max_len (or use packing='concat' for a language "
-                        "model) to keep them whole. Reported once; PadBatch.num_truncated "
-                        "counts them.", truncated, self.max_len, _origin(first))
+                        "EOS lost%s; %s to keep them whole. Reported once; "
+                        "PadBatch.num_truncated counts them.", truncated, self.max_len,
+                        _origin(first), self.remedy)
     return batch
 
 

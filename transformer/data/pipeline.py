@@ -25,8 +25,8 @@ import numpy as np
 
 from transformer.data import packing, synthetic, text
 from transformer.data.packing import PadBatch, read_examples
-from transformer.data.tokenizer import (SyntheticTokenizer, Tokenizer, get_tokenizer,
-                                        save_to_workdir)
+from transformer.data.tokenizer import (ByteTokenizer, SyntheticTokenizer, Tokenizer,
+                                        get_tokenizer, save_to_workdir)
 from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
@@ -85,6 +85,21 @@ def _sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
   raise ConfigError(f"Unknown dataset {config.dataset!r}; known datasets: "
                    f"{', '.join(sorted(SOURCES) + list(text.STANDARD))} (any "
                    "wmtNN_translate/xx-yy too).")
+
+
+def planned_vocab_size(config: ml_collections.ConfigDict) -> tuple[int, str]:
+  """(the vocabulary training would give the model, where it comes from), read off the config
+  alone, without preparing data: for tools that build the model without the data (benchmark,
+  compile report). model.vocab_size when set; else the synthetic task's, the byte tokenizer's
+  or the SentencePiece model's tokenizer.vocab_size."""
+  if config.model.get("vocab_size"):
+    return int(config.model.vocab_size), "model.vocab_size"
+  if config.dataset == "synthetic":
+    s = config.synthetic
+    return synthetic.vocab_size_for(s.task, s.vocab_size), f"the synthetic {s.task!r} task"
+  if config.tokenizer.kind == "bytes":
+    return ByteTokenizer().vocab_size, "the byte tokenizer"
+  return int(config.tokenizer.vocab_size), "tokenizer.vocab_size"
 
 
 class ReadBatch:
@@ -226,6 +241,11 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
                                   global_rows=config.batch_size, lanes=lanes, mode=mode,
                                   prefetch=config.get("data_prefetch", 4))
 
+  # Eval and test examples are never cut into rows (each is scored from its start), whatever
+  # the training's packing: only a longer max_len keeps a long one whole.
+  eval_remedy = ("raise max_len (eval and test examples are scored one a row, from their "
+                 "start, whatever the packing)")
+
   # Eval (and test): global batches over the split in order, topped up with -1 (= zero
   # rows); each process reads its rows, so every example is seen exactly once, on exactly
   # one process.
@@ -235,7 +255,8 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
     indices[:len(source)] = np.arange(len(source))
     rows = indices.reshape(num_batches, config.batch_size)[:, lanes.start:lanes.stop]
     return (grain.MapDataset.source(rows)
-            .map(ReadBatch(source, PadBatch(sources.keys, local_batch, config.max_len)))
+            .map(ReadBatch(source, PadBatch(sources.keys, local_batch, config.max_len,
+                                            remedy=eval_remedy)))
             .to_iter_dataset(read)), num_batches
 
   evaluation, num_batches = in_order(sources.eval)

@@ -121,7 +121,7 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   if unknown:
     raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}.")
 
-  vocab = config.model.vocab_size or 32000
+  vocab, vocab_from = pipeline.planned_vocab_size(config)
   cfg = experiment.model_config(config, vocab_size=vocab)
   model = experiment.build_model(config, cfg)
   decoder_only = not model.has_encoder
@@ -139,6 +139,7 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
       "device": f"{jax.local_device_count()} x {device_kind}",
       "dtype": cfg.dtype, "batch_size": B, "max_len": L, "d_model": cfg.d_model,
       "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": vocab,
+      "vocab_from": vocab_from,
       "scan_layers": cfg.scan_layers, "remat": cfg.remat,
       "params": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
       "model_flops_per_token": train_flops_per_step(

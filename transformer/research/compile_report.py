@@ -48,6 +48,7 @@ import ml_collections
 import numpy as np
 
 from transformer.attention import step_kernel
+from transformer.data import pipeline
 from transformer.errors import ConfigError
 from transformer.model_summary import train_flops_per_step
 from transformer.research.chips import CHIPS, GIB, GPUS, Chip
@@ -261,7 +262,7 @@ def big_float32_buffers(hlo_text: str, length: int, vocab: int) -> dict[str, int
 def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]) -> tuple:
   """(compiled step, model, abstract state, mesh): the train step of `config` compiled for
   `devices` (attached or not), as training builds it."""
-  cfg = experiment.model_config(config, config.model.vocab_size or 32000)
+  cfg = experiment.model_config(config, pipeline.planned_vocab_size(config)[0])
   model = experiment.build_model(config, cfg)
   mesh = sharding.make_mesh(devices, config.fsdp)
   sharding.check_batch_size(config.batch_size, mesh)
@@ -317,6 +318,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
       "batch_size": config.batch_size, "max_len": config.max_len,
       "tokens_per_step": config.batch_size * config.max_len * len(model.batch_keys),
       "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
+      "vocab_size": cfg.output_vocab_size, "vocab_from": pipeline.planned_vocab_size(config)[1],
       "params": int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(state.params))),
       "memory_bytes": mem, "state_bytes_per_device": state_bytes,
       # What the fsdp axis could not split (no dimension it divides): on every device whole.
@@ -366,7 +368,8 @@ def format_report(report: dict[str, Any]) -> str:
   lines = [
       f"{report['target']}: {report['devices']} x {report['device_kind']}, mesh data "
       f"{report['mesh']['data']} x fsdp {report['mesh']['fsdp']}, batch {report['batch_size']} "
-      f"x {report['max_len']}, {report['params']:,} params, compute {report['dtype']}, "
+      f"x {report['max_len']}, {report['params']:,} params (vocabulary "
+      f"{report['vocab_size']:,} from {report['vocab_from']}), compute {report['dtype']}, "
       f"attention {report['attention_kernel']}",
       f"  memory per device: arguments {gib(mem['arguments'])}, outputs {gib(mem['outputs'])} "
       f"({gib(mem['aliased'])} aliased), temporaries {gib(mem['temporaries'])}, total "

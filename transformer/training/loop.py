@@ -63,12 +63,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       contextlib.nullcontext()
   try:
     with lock:
+      mesh = _mesh_for(config, devices)  # device checks before any data is prepared
       datasets = _get_datasets(config, workdir)
       with stop_signals.StopSignals() as signals:
-        return _train(config, workdir, datasets, devices, signals)
+        return _train(config, workdir, datasets, mesh, signals)
   except BaseException as e:
     if created:
-      workdir_checks.remove_if_unused(workdir)
+      workdir_checks.remove_if_empty(workdir)
     if isinstance(e, Exception) and not isinstance(e, UserError) and workdir_checks.disk_full(e):
       raise workdir_checks.disk_full_error(workdir, e) from None
     raise
@@ -95,19 +96,9 @@ class _Run:
   counts: diagnostics.TokenCounts
 
 
-def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]]) -> _Run:
-  """Checks the workdir against this run, builds the mesh, model and steps, and restores the
-  newest checkpoint (or checks that starting afresh loses no history)."""
-  model_config = experiment.model_config(config, datasets.vocab_size)
-  identity = workdir_checks.run_identity(config, workdir, jax.process_count())
-  resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
-              workdir_checks.IDENTITY_KEY: identity}
-  saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
-  data_changed = workdir_checks.check_resumable(workdir, config, model_config,
-                                                bool(saved_steps), identity)
-  workdir_checks.check_steps(workdir, config, saved_steps)
-
+def _mesh_for(config: ml_collections.ConfigDict,
+              devices: Optional[Sequence[jax.Device]]) -> jax.sharding.Mesh:
+  """The run's mesh, once the batch and the metrics fit these devices and this model kind."""
   mesh = sharding.make_mesh(devices, config.fsdp)
   sharding.check_batch_size(config.batch_size, mesh)
   if config.batch_size % (config.grad_accum_steps * mesh.devices.size):
@@ -117,6 +108,22 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   if config.bleu_every_steps and config.model_type != "seq2seq":
     raise TrainingError(f"bleu_every_steps={config.bleu_every_steps} needs model_type='seq2seq' "
                         "(BLEU scores translations); set --config.bleu_every_steps=0.")
+  return mesh
+
+
+def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
+           mesh: jax.sharding.Mesh) -> _Run:
+  """Checks the workdir against this run, builds the model and steps on `mesh`, and restores
+  the newest checkpoint (or checks that starting afresh loses no history)."""
+  model_config = experiment.model_config(config, datasets.vocab_size)
+  identity = workdir_checks.run_identity(config, workdir, jax.process_count())
+  resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
+              workdir_checks.IDENTITY_KEY: identity}
+  saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
+  data_changed = workdir_checks.check_resumable(workdir, config, model_config,
+                                                bool(saved_steps), identity)
+  workdir_checks.check_steps(workdir, config, saved_steps)
+
   model = experiment.build_model(config, model_config)
   built = steps.build_steps(config, model, mesh)
   init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
@@ -155,8 +162,8 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]], signals: stop_signals.StopSignals) -> dict[str, Any]:
-  run = _setup(config, workdir, datasets, devices)
+           mesh: jax.sharding.Mesh, signals: stop_signals.StopSignals) -> dict[str, Any]:
+  run = _setup(config, workdir, datasets, mesh)
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}
   window = MetricWindow(lambda step: _stop_at_nonfinite(run.ckpt, step))
@@ -200,6 +207,27 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
       _close(run.ckpt, run.writer, failed)
     final["step"] = step
     return final
+
+
+def summary_lines(final: dict[str, Any], workdir: str) -> list[str]:
+  """What a finished (or stopped) run did, in a few lines: the held-out figures first, then
+  where its checkpoint and metrics are."""
+  step = final.get("step", 0)
+  done = (f"stopped by {final['stopped_by']} at step {step}" if final.get("stopped_by")
+          else f"trained to step {step}")
+  lines = [f"Run {workdir}: {done}."]
+  for split, name in (("eval", "held-out"), ("test", "test")):
+    m = final.get(split) or {}
+    if "accuracy" in m:
+      lines.append(f"  {name}: token accuracy {m['accuracy']:.2%}, NLL {m['nll']:.4f}, "
+                   f"perplexity {m['perplexity']:.3g}")
+  if "bleu" in (final.get("decode") or {}):
+    d = final["decode"]
+    lines.append(f"  decoded held-out: BLEU {d['bleu']:.2f}, exact {d['exact_match']:.2%} of "
+                 f"{int(d['num_examples']):,}")
+  lines.append(f"  checkpoint {storage.join(checkpoint.checkpoint_dir(workdir), str(step))}; "
+               f"metrics {storage.join(workdir, 'metrics.jsonl')}")
+  return lines
 
 
 @contextlib.contextmanager

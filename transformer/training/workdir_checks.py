@@ -62,9 +62,10 @@ def check_writable(directory: str, fix: str = _WORKDIR_FIX, what: str = "Workdir
 
 # ---- one run at a time ----
 
-def try_lock(path: str) -> Optional[filelock.BaseFileLock | _NoLock]:
+def try_lock(path: str) -> Optional[_HeldLock | _NoLock]:
   """The exclusive lock at `path`, taken without waiting, its holder written beside it
-  (`path` + HOLDER_SUFFIX); None while another process holds it.
+  (`path` + HOLDER_SUFFIX); None while another process holds it. Its release removes both
+  files: a run that ended leaves no lock behind.
 
   The OS releases the lock when its process dies, so a killed run never leaves it taken. The
   lock works on a local disk and on shared file systems whose locks work (NFSv4, Lustre).
@@ -88,7 +89,24 @@ def try_lock(path: str) -> Optional[filelock.BaseFileLock | _NoLock]:
   except BaseException:  # a full disk: not left held by a process that goes on (a sweep)
     lock.release()
     raise
-  return lock
+  return _HeldLock(lock, path)
+
+
+class _HeldLock:
+  """A taken lock whose release first removes its holder file and its own name. Removed while
+  still held, so no other process can take the name's old file meanwhile; one that opened it
+  just before sees an unlinked file and does not count it as taken (filelock >= 3.21)."""
+
+  def __init__(self, lock: filelock.BaseFileLock, path: str):
+    self._lock, self._path = lock, path
+
+  def release(self) -> None:
+    try:
+      for name in (self._path + HOLDER_SUFFIX, self._path):
+        with contextlib.suppress(FileNotFoundError):
+          os.unlink(name)
+    finally:
+      self._lock.release()
 
 
 class _NoLock:
@@ -122,15 +140,11 @@ def workdir_lock(workdir: str) -> Iterator[None]:
     lock.release()
 
 
-def remove_if_unused(workdir: str) -> None:
-  """Removes a workdir that holds nothing but a released lock: a failed first attempt leaves
-  no empty workdir behind."""
-  lock_files = {LOCK_FILE, LOCK_FILE + HOLDER_SUFFIX}
+def remove_if_empty(workdir: str) -> None:
+  """Removes a workdir left empty (a released lock removes its files): a failed first attempt
+  leaves no empty workdir behind."""
   path = storage.as_path(workdir)
-  if path.is_dir() and {p.name for p in path.iterdir()} <= lock_files:
-    for name in lock_files:
-      with contextlib.suppress(FileNotFoundError):
-        (path / name).unlink()
+  if path.is_dir() and not any(path.iterdir()):
     with contextlib.suppress(OSError):  # an object store has no directory left to remove
       path.rmdir()
 
