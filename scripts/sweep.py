@@ -22,6 +22,8 @@ _SEEDS = flags.DEFINE_list("seeds", None, "Override the sweep's seeds, e.g. 0,1,
 _AGGREGATE_ONLY = flags.DEFINE_bool("aggregate_only", False, "Only rebuild the tables and plots.")
 _PRINT_LAUNCH = flags.DEFINE_bool("print_launch", False,
                                   "Print one launch command per unfinished point and exit.")
+_RERUN_CHANGED = flags.DEFINE_bool(
+    "rerun_changed", False, "Run again the finished points whose config the sweep file changed.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -30,7 +32,8 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   print(sweeps.run_command(_CONFIG.value, _WORKDIR.value, points=_POINT.value, seeds=_SEEDS.value,
                            aggregate_only=_AGGREGATE_ONLY.value,
-                           print_launch=_PRINT_LAUNCH.value))
+                           print_launch=_PRINT_LAUNCH.value,
+                           rerun_changed=_RERUN_CHANGED.value))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "host:port of process 0, for multi-host runs without auto-detection.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-host run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-host run.")
+_DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
+    "distributed_timeout", 300, "Seconds a multi-host process waits for the others to join.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -31,7 +33,8 @@ def main(argv):
   from transformer.training import experiment, loop, sharding
 
   experiment.validate(config)  # before any process starts, any data or file is written
-  sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                                  _DISTRIBUTED_TIMEOUT.value)
   final = loop.train_and_evaluate(config, _WORKDIR.value, validated=True)
   if jax.process_index() == 0:
     print("\n".join(loop.summary_lines(final, _WORKDIR.value)))

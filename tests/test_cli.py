@@ -62,6 +62,20 @@ def test_mistakes_found_while_the_flags_are_parsed_are_one_line(monkeypatch, cap
                  "\"dmodel\"?")
 
 
+def test_an_unknown_section_of_an_override_is_named_with_its_flag(monkeypatch, capsys):
+  """--config.nope.x=1 said only "override: nope"."""
+  monkeypatch.setattr("sys.argv", ["prog", "--config=c.py", "--config.nope.x=1"])
+
+  def parse_fails(main, **kwargs):  # ml_collections' KeyError for the unknown section
+    raise KeyError("'nope'")
+
+  monkeypatch.setattr(app, "run", parse_fails)
+  code, err = _boundary(lambda argv: None, capsys)
+  assert (code, err) == (1, "error: bad --config or override: --config.nope.x names no field of "
+                            "the config (unknown field 'nope'); check its spelling against the "
+                            "config file")
+
+
 def test_an_empty_workdir_is_refused_before_anything_is_written(tmp_path):
   """`--workdir=$RUN` with RUN unset trained into the current directory."""
   import subprocess
@@ -75,6 +89,23 @@ def test_an_empty_workdir_is_refused_before_anything_is_written(tmp_path):
         "error: --workdir is empty (an unset shell variable?); pass the run's directory, e.g. "
         "--workdir=/tmp/run.")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gcs_workdir_without_gcsfs_names_the_extra(tmp_path):
+  """It was a 63-line ImportError at the first file operation."""
+  import subprocess
+  from conftest import DEFAULT, TRAIN, script_env
+  without_gcsfs = (
+      "import importlib.util, runpy, sys\n"
+      "find = importlib.util.find_spec\n"
+      "importlib.util.find_spec = lambda name, *a: None if name == 'gcsfs' else find(name, *a)\n"
+      f"sys.argv = [{TRAIN!r}, '--config={DEFAULT}', '--workdir=gs://bucket/run']\n"
+      f"runpy.run_path({TRAIN!r}, run_name='__main__')\n")
+  run = subprocess.run([sys.executable, "-c", without_gcsfs], cwd=tmp_path, env=script_env(),
+                       capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1
+  assert run.stderr.strip().endswith("error: --workdir=gs://bucket/run is on GCS, which needs "
+                                     "gcsfs: pip install -e '.[gcs]'.")
 
 
 @pytest.mark.parametrize("text, message", [

@@ -95,3 +95,17 @@ def test_fingerprint_changes_with_contents_and_options(tmp_path):
   assert corpus_files.fingerprint([path], text_split="paragraph") != first
   write_file(tmp_path / "f.txt", "one more\n")  # a new size
   assert corpus_files.fingerprint([path], text_split="line") != first
+
+
+def test_fingerprint_sees_an_edit_that_keeps_the_size_and_the_mtime(tmp_path):
+  """The prepared dataset (and the tokenizer trained on it) is keyed by this: an edit in place
+  whose size and mtime were restored kept the old text's dataset."""
+  path = write_file(tmp_path / "f.txt", "the old text\n")
+  os.utime(path, ns=(10**18, 10**18))
+  first = corpus_files.fingerprint([path])
+  write_file(tmp_path / "f.txt", "the new text\n")
+  os.utime(path, ns=(10**18, 10**18))
+  assert corpus_files.fingerprint([path]) != first
+  os.utime(path, ns=(2 * 10**18, 2 * 10**18))  # a touch: the same text, the same key
+  write_file(tmp_path / "f.txt", "the old text\n")
+  assert corpus_files.fingerprint([path]) == first

@@ -87,6 +87,8 @@ def test_configs_build_their_models(name):
     ("split_seed", -1, "split_seed=-1 must be None (the run's seed) or an integer"),
     ("model.vocab_size", 1, "model.vocab_size=1 leaves no room for tokens beside the 3 "
                             "reserved ids"),
+    ("keep_checkpoints", 0, "keep_checkpoints=0 would keep no usable checkpoint; pass an "
+                            "integer >= 1 (the newest N are kept), or None to keep every one."),
 ])
 def test_validate_finds_each_mistake_before_anything_runs(field, value, message):
   config = experiment.load_config(str(REPO / "configs" / "default.py"))

@@ -1,6 +1,7 @@
 """Loading a workdir for inference: every mistake is one clear line."""
 
 import os
+import shutil
 
 import pytest
 
@@ -25,6 +26,19 @@ def test_mistakes_give_one_clear_line(decode_run, tmp_path):
   assert "\n" not in str(e.value)
   with pytest.raises(loading.InferenceError, match="No checkpoint for step 7"):
     loading.load(decode_run, step=7)
+
+
+def test_another_runs_tokenizer_copied_into_the_workdir_is_refused(decode_run, tmp_path):
+  """Same vocabulary size, other pieces (the copy task's 8 symbols for the reverse task's):
+  evaluate and decode would read every id as another piece; the recorded hash tells."""
+  workdir = tmp_path / "w"
+  shutil.copytree(decode_run, workdir, ignore=shutil.ignore_patterns("*.lock*"))
+  assert loading.load(str(workdir)).tokenizer.vocab_size == 11  # its own: loads
+  tokenizers.SyntheticTokenizer("copy", 8).save(workdir / "tokenizer.json")
+  with pytest.raises(loading.InferenceError, match=r"tokenizer file is not the one its run was "
+                     r"trained with \(tokenizer.json:\w+ -> tokenizer.json:\w+\)"):
+    loading.load(str(workdir))
+  assert loading.load(str(workdir), tokenizer=os.path.join(decode_run, "tokenizer.json"))
 
 
 def test_the_summary_in_config_json_counts_the_restored_params(decode_run):

@@ -233,6 +233,22 @@ def test_a_run_that_ended_leaves_no_lock_file(five_steps):
   assert "checkpoints" in names and not {n for n in names if n.startswith("train.lock")}
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("synthetic.num_train", 600, "synthetic.num_train 512 -> 600"),
+    ("seed", 7, "seed 0 -> 7")])
+def test_a_resume_onto_other_data_is_refused_before_any_dataset_is_built(
+    five_steps, tiny_config, tmp_path, field, value, said):
+  """It said "Resumed from step 5" (a new seed, other synthetic fields); and a refusal came
+  only after the new corpus had been prepared."""
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  tiny_config.tfds_data_dir = str(tmp_path / "tfds")
+  tiny_config.update_from_flattened_dict({field: value})
+  with pytest.raises(loop.TrainingError, match=rf"another data stream \({said}\)"):
+    loop.train_and_evaluate(tiny_config, str(workdir))
+  assert not (tmp_path / "tfds").exists()
+
+
 def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tiny_config,
                                                                  tmp_path):
   """Not a silent success that passes the 5-step run off as a 3-step one."""
@@ -379,7 +395,7 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
     evaluate.evaluate_workdir(workdir)  # its eval split held out of other text
   config.allow_data_change = True
   assert loop.train_and_evaluate(config, workdir)["step"] == 6
-  identity = checkpoint.read_config(workdir)[workdir_checks.IDENTITY_KEY]  # now the run's own
+  identity = checkpoint.read_config(workdir)[checkpoint.IDENTITY_KEY]  # now the run's own
   assert identity["data_files"][str(book)] == corpus_files.content_fingerprint(str(book))
 
 

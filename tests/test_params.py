@@ -15,6 +15,7 @@ import pytest
 from test_manager import CONFIG, MODEL, REPO, assert_bitwise_equal, make_state
 from transformer import checkpoint as ckpt
 from transformer.checkpoint import write_config
+from transformer.errors import RunError
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -64,6 +65,22 @@ def test_load_params_in_one_device_process(tmp_path, mesh):
   assert sorted(got.files) == sorted(want)
   for k, x in want.items():
     assert got[k].tobytes() == x.tobytes(), k
+
+
+def test_a_damaged_explicit_step_is_one_line_and_never_substituted(tmp_path, mesh):
+  with ckpt.Checkpointer(str(tmp_path)) as c:
+    c.save(5, make_state(mesh), config=CONFIG)
+    c.save(6, make_state(mesh, seed=4))
+  manifest = tmp_path / "checkpoints" / "6" / "state" / "manifest.ocdbt"
+  data = bytearray(manifest.read_bytes())
+  data[len(data) // 3:len(data) // 3 + 16] = bytes(b ^ 0xFF for b in data[len(data) // 3:
+                                                                       len(data) // 3 + 16])
+  manifest.write_bytes(bytes(data))
+  with pytest.raises(RunError, match=r"^Checkpoint .*/checkpoints/6 cannot be read \(ValueError: "
+                     r".*\); pick another --step \(the steps there are \[5, 6\]\), or leave "
+                     r"--step out for the newest readable one\.$"):
+    ckpt.load_params(str(tmp_path), step=6)
+  assert ckpt.load_params(str(tmp_path)).step == 5  # without --step: the newest readable
 
 
 def test_missing_workdir_message(tmp_path):

@@ -227,3 +227,61 @@ def test_a_translation_point_records_test_bleu_and_encoder_diagnostics(tmp_path)
       value = sweeps.metric_value(
           metrics, f"mean:final/{stack}/layer_0/self_attention/head_*/{stat}")
       assert math.isfinite(value), (stack, stat)
+
+
+def _fake_training(calls):
+  """train_and_evaluate without training: records the config it was given."""
+  def train(config, workdir):
+    calls.append(config)
+    open(os.path.join(workdir, "metrics.jsonl"), "w").close()
+    return {"step": config.num_train_steps, "eval": {"loss": 1.0 + len(calls)}}
+  return train
+
+
+def test_a_point_is_reused_only_while_the_sweep_file_gives_it_the_same_config(tmp_path,
+                                                                            monkeypatch):
+  """The fixed fields changed under the same point names: the old results were taken as
+  finished, and a table mixed label smoothing 0.1 and 0.0."""
+  calls = []
+  monkeypatch.setattr(loop, "train_and_evaluate", _fake_training(calls))
+  workdir = str(tmp_path / "w")
+  sweeps.run_command(_sweep_file(tmp_path / "s.py"), workdir)
+  assert len(calls) == 2
+  changed = _sweep_file(tmp_path / "s.py", fixed={**TINY, "label_smoothing": 0.0,
+                                                   "num_train_steps": 40})
+  for aggregate_only in (False, True):
+    with pytest.raises(ConfigError, match=r"^2 finished point\(s\) of sweep t in .* were run "
+                       r"with another config than the sweep file gives them now: "
+                       r"embed_scale=none,seed=0 \(label_smoothing 0.1 -> 0.0, "
+                       r"num_train_steps 4 -> 40\); .*--rerun_changed"):
+      sweeps.run_command(changed, workdir, aggregate_only=aggregate_only)
+  assert len(calls) == 2
+  sweeps.run_command(changed, workdir, rerun_changed=True)
+  assert len(calls) == 4 and {c.label_smoothing for c in calls[2:]} == {0.0}
+  assert sweeps.run_command(changed, workdir) and len(calls) == 4  # now the same: reused
+
+
+def test_the_report_lists_only_the_points_of_the_grid(tmp_path, monkeypatch):
+  monkeypatch.setattr(loop, "train_and_evaluate", _fake_training([]))
+  workdir = tmp_path / "w"
+  sweeps.run_command(_sweep_file(tmp_path / "s.py"), str(workdir))
+  stray = workdir / "points" / "embed_scale=sqrt_d_x,seed=0"  # a point the file no longer has
+  stray.mkdir()
+  result = json.loads((workdir / "points" / "embed_scale=none,seed=0" / "result.json").read_text())
+  result.update(name=stray.name, group="embed_scale=sqrt_d_x")
+  (stray / "result.json").write_text(json.dumps(result))
+  text = sweeps.run_command(str(tmp_path / "s.py"), str(workdir), aggregate_only=True)
+  assert "sqrt_d_x" not in text and "(2 of 2 points finished" in text
+
+
+def test_points_whose_axes_change_the_tokenizer_get_their_own(tmp_path):
+  """A vocabulary-size axis: both points read the sweep's one 400-piece tokenizer."""
+  lm = {"dataset": "text_files", "data_files": "/d/*.txt", "model_type": "lm"}
+  sweep = tiny_sweep(axes=({"tokenizer.vocab_size": [400, 600]},), fixed=lm)
+  paths = {p.name: sweeps.tokenizer_path(sweep, "W", sweeps.point_config(sweep, p))
+           for p in sweeps.expand(sweep)}
+  assert len(set(paths.values())) == 2
+  assert all(path.startswith("W/tokenizer-") for path in paths.values())
+  same = tiny_sweep(axes=({"learning_rate": [1e-3, 2e-3]},), fixed=lm, seeds=(0, 1))
+  assert {sweeps.tokenizer_path(same, "W", sweeps.point_config(same, p))
+          for p in sweeps.expand(same)} == {"W/tokenizer.model"}  # one for the whole sweep

@@ -1,8 +1,12 @@
 """The data mesh: host batches become global arrays split over every device."""
 
+import re
+
+import jax
 import numpy as np
 import pytest
 
+from transformer.errors import ConfigError
 from transformer.training import sharding
 
 
@@ -24,8 +28,26 @@ def test_batch_size_must_divide(devices):
   sharding.check_batch_size(12, sharding.make_mesh(devices[:4]))
 
 
-def test_single_process_needs_no_distributed_init():
-  sharding.initialize_distributed()  # no flags, no cluster: a no-op
+@pytest.mark.parametrize("coordinator, count, pid, said", [
+    (None, 2, 0, "--coordinator_address missing"),  # trained as one process, exit 0
+    ("127.0.0.1:23456", None, None, "--num_processes, --process_id missing"),
+    ("127.0.0.1:23456", 2, 2, "--process_id=2 with --num_processes=2"),
+    ("127.0.0.1:23456", 0, 0, "--process_id=0 with --num_processes=0"),
+    ("notahost", 2, 0, "--coordinator_address=notahost is not host:port"),
+    ("no-such-host.invalid:23456", 2, 0, "host 'no-such-host.invalid' does not resolve"),
+])
+def test_inconsistent_process_flags_are_refused_before_anything_starts(coordinator, count, pid,
+                                                                       said):
+  with pytest.raises(ConfigError, match=re.escape(said)):
+    sharding.initialize_distributed(coordinator, count, pid)
+  assert jax.process_count() == 1  # nothing was started
+
+
+def test_one_process_without_flags_starts_nothing():
+  sharding.check_process_flags(None, None, None)
+  sharding.check_process_flags("localhost:23456", 2, 1)  # consistent: passes
+  sharding.initialize_distributed()  # no flags, no cluster
+  assert jax.process_count() == 1
 
 
 def test_param_spec_splits_the_largest_dimension_fsdp_divides():

@@ -79,6 +79,7 @@ def test_a_bad_file_loses_nothing_already_trained(tmp_path):
   for name, data in saved.items():
     write_file(workdir / name, data)
   config = _config("lm", tmp_path, data_files=str(tmp_path / "moved.txt"))
+  config.batch_size = 8  # over the 8 test devices: the missing file is the one mistake
   with pytest.raises(FileNotFoundError, match="moved.txt"):
     loop.train_and_evaluate(config, str(workdir))
   from transformer.training import workdir_checks

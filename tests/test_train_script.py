@@ -175,6 +175,26 @@ def _finish(procs, timeout=300):
 
 
 @pytest.mark.slow
+def test_a_process_whose_peers_never_come_says_whom_it_waits_for_and_gives_up(tfds_dir,
+                                                                               tmp_path):
+  """Process 0 of 2 alone: it said nothing for 307 s, then aborted with a C++ stack."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  start = time.time()
+  result = _run(_tiny_flags(tfds_dir, tmp_path / "w") + [
+      f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", "--process_id=0",
+      "--distributed_timeout=3"])
+  assert result.returncode == 1 and time.time() - start < 90
+  assert f"Process 0 of 2: waiting up to 3 s for all 2 processes to join at 127.0.0.1:{port}" \
+      in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"error: process 0 of 2 waited 3 s at 127.0.0.1:{port} and not every process joined; "
+      "start every process with the same --coordinator_address and --num_processes, each with "
+      "its own --process_id.")
+  assert not (tmp_path / "w").exists()
+
+
 def test_two_processes_train_like_one_process_with_as_many_devices(tfds_dir, tmp_path):
   flags = lambda w: _tiny_flags(tfds_dir, w, steps=5, every=5)  # noqa: E731
   single = _run(flags(tmp_path / "single"), devices=4)

@@ -115,7 +115,7 @@ def _recorded_run(workdir, config, **identity):
   """config.json of a run of `config` in workdir with its identity (as the loop records it)."""
   recorded = {**workdir_checks.run_identity(config, str(workdir), 1), **identity}
   checkpoint.write_config(str(workdir), {"experiment": config.to_dict(), "model": MODEL,
-                                         workdir_checks.IDENTITY_KEY: recorded})
+                                         checkpoint.IDENTITY_KEY: recorded})
 
 
 def test_other_data_files_a_swapped_tokenizer_or_another_process_count_are_refused(tmp_path):
@@ -153,20 +153,50 @@ def test_other_data_files_a_swapped_tokenizer_or_another_process_count_are_refus
     check(processes=2)
 
 
-def test_without_config_json_the_checkpoints_config_is_the_reference(tmp_path):
+@pytest.mark.parametrize("config_json", [None, "{}", "{", "[1, 2]", '{"experiment": 5}'])
+def test_the_checkpoints_config_is_the_reference_whatever_config_json_holds(tmp_path,
+                                                                             config_json):
+  """config.json deleted, emptied, damaged or replaced: the checkpoint's stored config, which
+  no one edits, still refuses a changed run."""
   import jax.numpy as jnp
   resolved = {"experiment": _config().to_dict(), "model": MODEL}
   with checkpoint.Checkpointer(str(tmp_path), async_save=False) as ckpt:
     ckpt.save(3, {"w": jnp.ones(2)}, config=resolved)
-  assert not (tmp_path / checkpoint.CONFIG_FILE).exists()  # deleted, or never written
+  if config_json is not None:
+    (tmp_path / checkpoint.CONFIG_FILE).write_text(config_json)
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
     workdir_checks.check_resumable(str(tmp_path), _config(batch_size=32), MODEL, True)
   wider = ModelConfig(**{**MODEL.to_dict(), "d_model": 64})
   with pytest.raises(TrainingError, match="different model .*d_model 32 -> 64"):
     workdir_checks.check_resumable(str(tmp_path), _config(), wider, True)
-  (tmp_path / checkpoint.CONFIG_FILE).write_text("{")  # damaged: said, not a traceback
-  with pytest.raises(RunError, match="config.json is not valid JSON"):
-    workdir_checks.check_resumable(str(tmp_path), _config(), MODEL, True)
+
+
+@pytest.mark.parametrize("config_json, said", [
+    ("{", "is not valid JSON"), ("[1, 2]", r"is not a config this package wrote \(it holds "
+                                           r"list \[1, 2\]\)"),
+    ('{"experiment": 5}', r"is not a config this package wrote \(it holds dict")])
+def test_before_any_checkpoint_a_damaged_config_json_is_one_line(tmp_path, config_json, said):
+  (tmp_path / checkpoint.CONFIG_FILE).write_text(config_json)
+  with pytest.raises(RunError, match=said):
+    workdir_checks.check_resumable(str(tmp_path), _config(), MODEL, False)
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("seed", 7, "seed 0 -> 7"), ("split_seed", 3, "split_seed None -> 3"),
+    ("max_len", 64, "max_len 32 -> 64"), ("synthetic.num_train", 3000,
+                                           "synthetic.num_train 20000 -> 3000"),
+    ("synthetic.seed", 5, "synthetic.seed 0 -> 5"), ("tokenizer.vocab_size", 400,
+                                                      "tokenizer.vocab_size 8000 -> 400")])
+def test_a_resume_that_would_read_other_examples_is_refused_naming_the_field(tmp_path, field,
+                                                                              value, said):
+  """The seed (data order, and a local corpus's split unless split_seed is set), the split
+  seed, the row length, the synthetic task's fields, the tokenizer's settings."""
+  _recorded_run(tmp_path, _config())
+  config = _config()
+  config.update_from_flattened_dict({field: value})
+  with pytest.raises(TrainingError, match=rf"another data stream \({said}\)"):
+    workdir_checks.check_resumable(str(tmp_path), config, MODEL, True,
+                                   workdir_checks.run_identity(config, str(tmp_path), 1))
 
 
 def test_a_checkpoint_past_num_train_steps_is_refused(tmp_path):

@@ -9,6 +9,7 @@ research/; nothing in the package imports it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
@@ -96,6 +97,8 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
   if workdir is not None and not workdir.strip():
     exit_with("--workdir is empty (an unset shell variable?); pass the run's directory, e.g. "
               "--workdir=/tmp/run.")
+  if workdir and workdir.startswith("gs://") and importlib.util.find_spec("gcsfs") is None:
+    exit_with(f"--workdir={workdir} is on GCS, which needs gcsfs: pip install -e '.[gcs]'.")
   return rest
 
 
@@ -146,7 +149,7 @@ def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) 
   if isinstance(e, (KeyError, AttributeError)):
     for arg in argv:
       field = arg.partition("=")[0]
-      if field.startswith("--config.") and field.rsplit(".", 1)[-1] == name:
+      if field.startswith("--config.") and name in field.split(".")[1:]:
         hint = " ".join(hint.split()) or "check its spelling against the config file"
         return f"{field} names no field of the config (unknown field {name!r}); {hint}"
   return " ".join(raw.split())

@@ -13,6 +13,7 @@ from typing import Any, Optional, Union
 
 import jax.numpy as jnp
 
+from transformer import recipes
 from transformer.errors import ConfigError
 
 Scale = Union[str, float]
@@ -142,7 +143,7 @@ class ModelConfig:
 
   # ---- validation ----
   def validate(self) -> None:
-    """Raises ValueError naming the field and its allowed values for any bad combination."""
+    """Raises ConfigError naming the field and its allowed values for any bad combination."""
     for name, allowed in MODES.items():
       value = getattr(self, name)
       if name in SCALE_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -196,7 +197,6 @@ class ModelConfig:
   @classmethod
   def from_recipe(cls, name: str, **overrides: Any) -> "ModelConfig":
     """The conventions of a named implementation (transformer.recipes), then `overrides`."""
-    from transformer import recipes  # local import: recipes imports this module
 
     return cls(**{**recipes.get(name), **overrides})
 

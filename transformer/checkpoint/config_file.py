@@ -13,6 +13,9 @@ from transformer.config import ModelConfig
 from transformer.errors import ConfigError, MissingFileError, RunError
 
 CONFIG_FILE = "config.json"
+# The entry of config.json (and of each checkpoint's config) that holds the run's identity:
+# what its data and vocabulary were beyond the config fields (training.workdir_checks).
+IDENTITY_KEY = "identity"
 
 
 def to_json(value: Any) -> Any:
@@ -54,8 +57,15 @@ def read_config(workdir: str) -> dict[str, Any]:
         f"No {CONFIG_FILE} in {workdir!r}: check the path, or train there first "
         f"(scripts/train.py --workdir={workdir}).")
   try:
-    return json.loads(storage.as_path(path).read_text())
+    config = json.loads(storage.as_path(path).read_text())
   except json.JSONDecodeError as e:
     raise RunError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); restore it, or "
                    "delete it and rerun training, which writes it again from the newest "
                    "checkpoint's config.") from None
+  if not (isinstance(config, dict) and all(isinstance(config.get(k, {}), dict)
+                                           for k in ("experiment", "model"))):
+    raise RunError(f"{path} is not a config this package wrote (it holds "
+                   f"{type(config).__name__} {json.dumps(config)[:60]}); restore it, or delete "
+                   "it and rerun training, which writes it again from the newest checkpoint's "
+                   "config.")
+  return config

@@ -12,9 +12,10 @@ import orbax.checkpoint as ocp
 
 from transformer.checkpoint.checksums import checksums, saved_checksums, verify
 from transformer.checkpoint.config_file import CONFIG_FILE, read_config
-from transformer.checkpoint.step_dirs import checkpoint_dir, finished_steps, newest_readable
+from transformer.checkpoint.step_dirs import (IncompatibleCheckpointError, checkpoint_dir,
+                                              finished_steps, newest_readable)
 from transformer.config import ModelConfig
-from transformer.errors import ConfigError, MissingFileError
+from transformer.errors import ConfigError, MissingFileError, RunError, one_line
 
 
 class LoadedParams(tuple):
@@ -90,7 +91,15 @@ def load_params(workdir: str, step: Optional[int] = None) -> LoadedParams:
     (params, config), step = newest_readable(steps, read, os.fspath(directory))
   else:
     step = int(step)
-    params, config = read(step)
+    try:
+      params, config = read(step)
+    except IncompatibleCheckpointError:
+      raise
+    except Exception as e:  # noqa: BLE001  (damaged: an explicit step is never substituted)
+      raise RunError(f"Checkpoint {os.fspath(directory)}/{step} cannot be read "
+                     f"({type(e).__name__}: {one_line(e, 160)}); pick another --step (the steps "
+                     f"there are {steps}), or leave --step out for the newest readable one.") \
+          from None
   if not config or "model" not in config:
     config = read_config(workdir) if (epath.Path(workdir) / CONFIG_FILE).exists() else {}
   if "model" not in config:

@@ -194,10 +194,11 @@ def content_fingerprint(path: str) -> str:
 
 
 def fingerprint(files: Sequence[str], **options: Any) -> str:
-  """A short hash of the files' paths, sizes and mtimes and the options: a changed file rebuilds."""
+  """A short hash of the files' paths and contents (content_fingerprint) and the options: a
+  file holding other text rebuilds what was prepared from it, whatever its size and mtime say;
+  a touch or a copy of the same text does not."""
   h = hashlib.sha1(repr(sorted(options.items())).encode())
   for f in files:
-    size, mtime_ns = storage.size_and_mtime(f)
     name = os.path.abspath(f) if storage.is_local(f) else f
-    h.update(f"{name}\0{size}\0{mtime_ns}\0".encode())
+    h.update(f"{name}\0{content_fingerprint(f)}\0".encode())
   return h.hexdigest()[:16]

@@ -23,10 +23,12 @@ import grain
 import ml_collections
 import numpy as np
 
+from transformer import storage
 from transformer.data import packing, synthetic, text
 from transformer.data.packing import PadBatch, read_examples
-from transformer.data.tokenizer import (ByteTokenizer, SyntheticTokenizer, Tokenizer,
-                                        get_tokenizer, save_to_workdir)
+from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
+                                        SyntheticTokenizer, Tokenizer, get_tokenizer,
+                                        save_to_workdir)
 from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
@@ -99,6 +101,9 @@ def planned_vocab_size(config: ml_collections.ConfigDict) -> tuple[int, str]:
     return synthetic.vocab_size_for(s.task, s.vocab_size), f"the synthetic {s.task!r} task"
   if config.tokenizer.kind == "bytes":
     return ByteTokenizer().vocab_size, "the byte tokenizer"
+  path = config.tokenizer.get("path")
+  if path and storage.as_path(path).exists():  # an existing model is used as it is
+    return SentencePieceTokenizer(storage.as_path(path).read_bytes()).vocab_size, path
   return int(config.tokenizer.vocab_size), "tokenizer.vocab_size"
 
 

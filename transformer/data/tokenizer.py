@@ -170,7 +170,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, *, model_type: st
                         corpus_name: str = "the training split") -> SentencePieceTokenizer:
   """Trains a SentencePiece model in memory on `texts` (each a sentence or a line).
 
-  Raises ValueError naming `corpus_name` when vocab_size does not fit the corpus.
+  Raises ConfigError naming `corpus_name` when vocab_size does not fit the corpus.
   """
   import sentencepiece as spm
   if vocab_size < 3 + 256 + 1:

@@ -347,6 +347,8 @@ def decode(model: nn.Module, params: Any, inputs: Any, config: DecodeConfig = De
 def _split_config(config: DecodeConfig) -> tuple[_Knobs, DecodeConfig]:
   """(traced floats, the static rest with the floats set to fixed values)."""
   knobs = _Knobs(*(jnp.float32(getattr(config, f)) for f in _Knobs._fields))
+  # The compiled program needs only whether nucleus sampling is on (top_p < 1), not the value
+  # (traced in knobs): any value below 1 stands for every one, so one compile serves them all.
   static = dataclasses.replace(config, alpha=0.0, temperature=1.0, extra_len=0,
                                top_p=0.5 if config.top_p < 1.0 else 1.0)
   return knobs, static

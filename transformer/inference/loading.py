@@ -58,6 +58,8 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
                          "written by scripts/train.py; pass the workdir of a training run.")
   experiment = ml_collections.ConfigDict(saved["experiment"])
   tok = _tokenizer(workdir, experiment, tokenizer)
+  if tokenizer is None:
+    _check_own_tokenizer(workdir, checkpoint.stored_config(workdir) or saved)
   _check_vocab(tok, model_config, experiment, tokenizer or workdir)
   model = model_for(experiment.get("model_type", "seq2seq"), model_config)
   return Loaded(workdir, step, model, params, model_config, experiment, tok)
@@ -71,6 +73,17 @@ def _tokenizer(workdir: str, experiment: ml_collections.ConfigDict, path: Option
       s = experiment.synthetic  # a run from before workdirs held their tokenizer
       return tokenizers.SyntheticTokenizer(s.task, s.vocab_size)
     raise InferenceError(one_line(e, limit=1000)) from None
+
+
+def _check_own_tokenizer(workdir: str, reference: dict[str, Any]) -> None:
+  """The workdir's tokenizer file must be the one its run recorded (a copied-in file of the
+  same size would read every id as another piece)."""
+  recorded = reference.get(checkpoint.IDENTITY_KEY, {}).get("tokenizer")
+  now = tokenizers.file_hash(workdir)
+  if recorded and now and recorded != now:
+    raise InferenceError(f"{workdir}'s tokenizer file is not the one its run was trained with "
+                         f"({recorded} -> {now}); restore the run's own file (decode.py also takes "
+                         "--tokenizer=FILE).")
 
 
 def _check_vocab(tok: Any, model_config: ModelConfig, experiment: ml_collections.ConfigDict,

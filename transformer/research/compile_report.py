@@ -37,6 +37,7 @@ collectives are then one iteration's too.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import math
 import os
 import re
@@ -110,6 +111,8 @@ def target_devices(target: str) -> tuple[list[Any], Chip]:
       # Compiling touches no chip, so the lock libtpu takes against a second process
       # (another compile, a parallel test worker) is not needed.
       os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+      if not _tpu_attached():  # libtpu would look for TPU workers and log an error that
+        os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # reads as a failure
       # v4 and v5p chips hold two TensorCores; "megacore" makes each chip one device, as
       # a real v4/v5p slice presents them (libtpu's v4 default is one device per core, which
       # would set per-chip HBM and peak against half a chip).
@@ -125,6 +128,11 @@ def target_devices(target: str) -> tuple[list[Any], Chip]:
     raise ConfigError(f"{target!r} gave {len(devices)} devices for {chips} chips; the report "
                       "needs one device per chip.")
   return devices, chip
+
+
+def _tpu_attached() -> bool:
+  """Whether this machine has TPU chips (a TPU VM's /dev/accel* or /dev/vfio devices)."""
+  return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")
 
 
 def _chip_config(kind: str) -> dict[str, str]:

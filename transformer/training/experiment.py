@@ -178,7 +178,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       "dataset's vocabulary.")
   keep = config.get("keep_checkpoints")
   if keep is not None and (not isinstance(keep, int) or keep < 1):
-    raise ConfigError(f"keep_checkpoints={keep!r} must be None (keep all) or an integer >= 1.")
+    raise ConfigError(f"keep_checkpoints={keep!r} would keep no usable checkpoint; pass an "
+                      "integer >= 1 (the newest N are kept), or None to keep every one.")
   test_fraction = config.get("test_fraction") or 0.0
   if not 0.0 <= test_fraction < 1.0:
     raise ConfigError(f"test_fraction={test_fraction} must be in [0, 1); e.g. 0.02, or 0 for no "

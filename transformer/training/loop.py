@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from transformer import checkpoint, diagnostics, model_summary, storage
 from transformer.data import pipeline
-from transformer.errors import NonFiniteLossError, TrainingError, UserError, one_line
+from transformer.errors import (NonFiniteLossError, TrainingError, UserError, disk_full,
+                              one_line)
 from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
                                   workdir_checks)
 from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
@@ -63,14 +64,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       contextlib.nullcontext()
   try:
     with lock:
-      mesh = _mesh_for(config, devices)  # device checks before any data is prepared
+      # Every check that can be made before data preparation (which may train a tokenizer or
+      # build a TFDS dataset) is made first.
+      mesh = _mesh_for(config, devices)
+      data_changed = _check_workdir(config, workdir)
       datasets = _get_datasets(config, workdir)
       with stop_signals.StopSignals() as signals:
-        return _train(config, workdir, datasets, mesh, signals)
+        return _train(config, workdir, datasets, mesh, data_changed, signals)
   except BaseException as e:
     if created:
       workdir_checks.remove_if_empty(workdir)
-    if isinstance(e, Exception) and not isinstance(e, UserError) and workdir_checks.disk_full(e):
+    if isinstance(e, Exception) and not isinstance(e, UserError) and disk_full(e):
       raise workdir_checks.disk_full_error(workdir, e) from None
     raise
 
@@ -111,18 +115,32 @@ def _mesh_for(config: ml_collections.ConfigDict,
   return mesh
 
 
+def _check_workdir(config: ml_collections.ConfigDict, workdir: str) -> bool:
+  """The workdir against this run, before any data is read: its model, data stream and
+  steps (the vocabulary as the config gives it, which the data will match). True when the data
+  stream changed and allow_data_change lets the run go on (workdir_checks.check_resumable)."""
+  model_config = experiment.model_config(config, pipeline.planned_vocab_size(config)[0])
+  saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
+  data_changed = workdir_checks.check_resumable(
+      workdir, config, model_config, bool(saved_steps),
+      workdir_checks.run_identity(config, workdir, jax.process_count()))
+  workdir_checks.check_steps(workdir, config, saved_steps)
+  return data_changed
+
+
 def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           mesh: jax.sharding.Mesh) -> _Run:
-  """Checks the workdir against this run, builds the model and steps on `mesh`, and restores
-  the newest checkpoint (or checks that starting afresh loses no history)."""
+           mesh: jax.sharding.Mesh, data_changed: bool) -> _Run:
+  """Builds the model and steps on `mesh` and restores the newest checkpoint (its data
+  position unless `data_changed`), or checks that starting afresh loses no history."""
   model_config = experiment.model_config(config, datasets.vocab_size)
+  planned, source = pipeline.planned_vocab_size(config)
+  if model_config != experiment.model_config(config, planned):  # what _check_workdir judged
+    raise TrainingError(f"The data gave a vocabulary of {datasets.vocab_size} where {source} "
+                        f"gives {planned}; set --config.model.vocab_size={datasets.vocab_size}.")
+  # Taken after the data is prepared: a first run's tokenizer file exists only now.
   identity = workdir_checks.run_identity(config, workdir, jax.process_count())
   resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
-              workdir_checks.IDENTITY_KEY: identity}
-  saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
-  data_changed = workdir_checks.check_resumable(workdir, config, model_config,
-                                                bool(saved_steps), identity)
-  workdir_checks.check_steps(workdir, config, saved_steps)
+              checkpoint.IDENTITY_KEY: identity}
 
   model = experiment.build_model(config, model_config)
   built = steps.build_steps(config, model, mesh)
@@ -162,8 +180,9 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           mesh: jax.sharding.Mesh, signals: stop_signals.StopSignals) -> dict[str, Any]:
-  run = _setup(config, workdir, datasets, mesh)
+           mesh: jax.sharding.Mesh, data_changed: bool,
+           signals: stop_signals.StopSignals) -> dict[str, Any]:
+  run = _setup(config, workdir, datasets, mesh, data_changed)
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}
   window = MetricWindow(lambda step: _stop_at_nonfinite(run.ckpt, step))

@@ -11,8 +11,13 @@ same on 1 device or 256, whatever the mesh. One code path serves 1 CPU, 8 GPUs a
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Optional, Sequence
+import os
+import socket
+import sys
+import threading
+from typing import Any, Iterator, Optional, Sequence
 
 import jax
 import numpy as np
@@ -25,24 +30,79 @@ DATA_AXIS = "data"
 FSDP_AXIS = "fsdp"
 
 
+def check_process_flags(coordinator_address: Optional[str], num_processes: Optional[int],
+                        process_id: Optional[int]) -> None:
+  """The explicit multi-process flags: all three or none, consistent, the coordinator a
+  host:port this machine can resolve. Checked before anything starts."""
+  given = {"--coordinator_address": coordinator_address, "--num_processes": num_processes,
+           "--process_id": process_id}
+  missing = [name for name, value in given.items() if value is None]
+  if len(missing) == 3:
+    return
+  if missing:
+    raise ConfigError(f"{', '.join(missing)} missing: a multi-process run needs "
+                      "--coordinator_address, --num_processes and --process_id together (none "
+                      "for one process, or where a TPU pod or SLURM is detected).")
+  if num_processes < 1 or not 0 <= process_id < num_processes:
+    raise ConfigError(f"--process_id={process_id} with --num_processes={num_processes}: the "
+                      "count must be >= 1 and the id in [0, count).")
+  host, _, port = coordinator_address.rpartition(":")
+  if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ConfigError(f"--coordinator_address={coordinator_address} is not host:port (e.g. "
+                      "10.0.0.2:12345, process 0's address).")
+  try:
+    socket.getaddrinfo(host.strip("[]"), int(port))
+  except socket.gaierror as e:
+    raise ConfigError(f"--coordinator_address={coordinator_address}: host {host!r} does not "
+                      f"resolve here ({e.strerror}).") from None
+
+
 def initialize_distributed(coordinator_address: Optional[str] = None,
                            num_processes: Optional[int] = None,
-                           process_id: Optional[int] = None) -> None:
+                           process_id: Optional[int] = None, timeout_s: int = 300) -> None:
   """Starts jax.distributed when running on several hosts; a no-op for one process.
 
-  Explicit flags win; otherwise JAX's own detection runs on a TPU pod slice or under SLURM.
+  Explicit flags win (checked by check_process_flags); otherwise JAX's own detection runs on a
+  TPU pod slice or under SLURM. The wait for the other processes is said, and after
+  `timeout_s` ends the process with one line naming who was waited for, where.
   """
+  check_process_flags(coordinator_address, num_processes, process_id)
   if coordinator_address:
-    jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
+    logging.warning("Process %d of %d: waiting up to %d s for all %d processes to join at %s.",
+                    process_id, num_processes, timeout_s, num_processes, coordinator_address)
+    giving_up = (f"error: process {process_id} of {num_processes} waited {timeout_s} s at "
+                 f"{coordinator_address} and not every process joined; start every process "
+                 "with the same --coordinator_address and --num_processes, each with its own "
+                 "--process_id.")
+    with _ends_after(timeout_s, giving_up):
+      # JAX's own limit is later: past it, its runtime aborts with a C++ stack instead.
+      jax.distributed.initialize(coordinator_address=coordinator_address,
+                                 num_processes=num_processes, process_id=process_id,
+                                 initialization_timeout=timeout_s + 60)
   elif _on_cluster():
     jax.distributed.initialize()  # auto-detected coordinator (TPU metadata, SLURM env)
   logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
+@contextlib.contextmanager
+def _ends_after(seconds: float, message: str) -> Iterator[None]:
+  """Ends the process with `message` and exit status 1 if the block runs past `seconds` (the
+  block is blocked inside the runtime, where no exception can reach it)."""
+  def give_up() -> None:
+    print(message, file=sys.stderr, flush=True)
+    os._exit(1)
+
+  timer = threading.Timer(seconds, give_up)
+  timer.daemon = True
+  timer.start()
+  try:
+    yield
+  finally:
+    timer.cancel()
+
+
 def _on_cluster() -> bool:
-  import os
   slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1 and "SLURM_JOB_ID" in os.environ
   tpu_pod = bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))
   return slurm or tpu_pod

@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional, Union
 
 import filelock
 import ml_collections
@@ -62,7 +62,7 @@ def check_writable(directory: str, fix: str = _WORKDIR_FIX, what: str = "Workdir
 
 # ---- one run at a time ----
 
-def try_lock(path: str) -> Optional[_HeldLock | _NoLock]:
+def try_lock(path: str) -> Optional[Lock]:
   """The exclusive lock at `path`, taken without waiting, its holder written beside it
   (`path` + HOLDER_SUFFIX); None while another process holds it. Its release removes both
   files: a run that ended leaves no lock behind.
@@ -89,16 +89,20 @@ def try_lock(path: str) -> Optional[_HeldLock | _NoLock]:
   except BaseException:  # a full disk: not left held by a process that goes on (a sweep)
     lock.release()
     raise
-  return _HeldLock(lock, path)
+  return HeldLock(lock, path)
 
 
-class _HeldLock:
+class HeldLock:
   """A taken lock whose release first removes its holder file and its own name. Removed while
   still held, so no other process can take the name's old file meanwhile; one that opened it
   just before sees an unlinked file and does not count it as taken (filelock >= 3.21)."""
 
   def __init__(self, lock: filelock.BaseFileLock, path: str):
     self._lock, self._path = lock, path
+
+  @property
+  def is_locked(self) -> bool:
+    return self._lock.is_locked
 
   def release(self) -> None:
     try:
@@ -112,8 +116,13 @@ class _HeldLock:
 class _NoLock:
   """What try_lock returns on an object store: nothing to release."""
 
+  is_locked = False
+
   def release(self) -> None:
     pass
+
+
+Lock = Union[HeldLock, _NoLock]  # what try_lock takes
 
 
 def lock_holder(path: str) -> str:
@@ -151,11 +160,13 @@ def remove_if_empty(workdir: str) -> None:
 
 # ---- the run's identity ----
 
-# Fields whose change would make the saved data-iterator position mean other examples.
+# Fields whose change would make the saved data-iterator position mean other examples: the
+# data, how it is split (the seed draws a local corpus's held-out split unless split_seed is
+# set), cut into rows and tokenized, and the order it is read in.
 _DATA_STREAM_FIELDS = ("dataset", "data_files", "eval_files", "text_split", "batch_size",
-                       "packing", "eval_fraction", "test_fraction")
+                       "packing", "eval_fraction", "test_fraction", "seed", "split_seed",
+                       "max_len", "synthetic", "tokenizer")
 _FILE_FIELDS = ("data_files", "eval_files")  # the fields whose files' content is fingerprinted
-IDENTITY_KEY = "identity"  # the entry of config.json (and each checkpoint's config) that holds it
 
 
 def run_identity(config: ml_collections.ConfigDict, workdir: str,
@@ -174,10 +185,14 @@ def run_identity(config: ml_collections.ConfigDict, workdir: str,
 
 
 def reference_config(workdir: str) -> Optional[dict[str, Any]]:
-  """What the workdir's run was: config.json, else (deleted) the newest checkpoint's config."""
+  """What the workdir's run was: the config stored with its newest readable checkpoint (a
+  record no one edits), else config.json (a run that has no checkpoint yet)."""
+  stored = checkpoint.stored_config(workdir)
+  if stored is not None:
+    return stored
   if storage.as_path(workdir).joinpath(checkpoint.CONFIG_FILE).exists():
     return checkpoint.read_config(workdir)
-  return checkpoint.stored_config(workdir)
+  return None
 
 
 def check_resumable(workdir: str, config: ml_collections.ConfigDict,
@@ -218,10 +233,12 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
 def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
                         identity: dict[str, Any]) -> list[str]:
   """What differs between a workdir's recorded run and this one, in words ([] if nothing)."""
-  before = saved_config.get("experiment", {})
-  changes = [f"{k} {before[k]!r} -> {config.get(k)!r}" for k in _DATA_STREAM_FIELDS
-             if k in before and before[k] != config.get(k)]
-  recorded = saved_config.get(IDENTITY_KEY, {})
+  before = flat_fields({k: v for k, v in saved_config.get("experiment", {}).items()
+                  if k in _DATA_STREAM_FIELDS})
+  now = flat_fields({k: config.get(k) for k in _DATA_STREAM_FIELDS})
+  changes = [f"{k} {before[k]!r} -> {now.get(k)!r}" for k in sorted(before)
+             if before[k] != now.get(k)]
+  recorded = saved_config.get(checkpoint.IDENTITY_KEY, {})
   if "process_count" in recorded and "process_count" in identity and \
       recorded["process_count"] != identity["process_count"]:
     changes.append(f"process count {recorded['process_count']} -> {identity['process_count']}")
@@ -234,11 +251,24 @@ def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.Con
   return changes
 
 
+def flat_fields(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """{'synthetic': {'seed': 0}} -> {'synthetic.seed': 0}: a nested field's change is named."""
+  flat: dict[str, Any] = {}
+  for key, value in fields.items():
+    if hasattr(value, "to_dict"):  # a ConfigDict
+      value = value.to_dict()
+    if isinstance(value, Mapping):
+      flat.update(flat_fields(value, f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
 def changed_data_files(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
                        workdir: str) -> list[str]:
   """The data files of a recorded run that hold other text now, in words ([] if none or if the
   run recorded none): what an evaluation of its held-out split must refuse."""
-  recorded = saved_config.get(IDENTITY_KEY, {})
+  recorded = saved_config.get(checkpoint.IDENTITY_KEY, {})
   if not any(field in recorded for field in _FILE_FIELDS):
     return []
   return file_changes(recorded, run_identity(config, workdir, process_count=1))

@@ -11,8 +11,9 @@ from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sw
                                               check_sweep, expand, is_finished, load_sweep,
                                               point_config, point_dir, set_field)
 from transformer.research.sweeps.report import aggregate
-from transformer.research.sweeps.runner import (LOCK_FILE, claim, launch_lines, length_losses,
-                                                run_point, run_sweep, run_command)
+from transformer.research.sweeps.runner import (LOCK_FILE, changed_points, claim, launch_lines,
+                                                length_losses, run_point, run_sweep,
+                                                run_command, tokenizer_path)
 from transformer.research.sweeps.stats import fit_slopes, load_results, metric_value
 from transformer.research.sweeps.tuning import (best_per_arm, paired_differences,
                                                 searched_values, t_interval)
@@ -21,4 +22,5 @@ __all__ = ["POINTS_DIR", "RESULT_FILE", "LOCK_FILE", "Point", "Sweep", "aggregat
            "check_sweep", "paired_differences", "searched_values", "t_interval",
            "claim", "expand", "fit_slopes", "is_finished", "launch_lines", "length_losses",
            "load_results", "load_sweep", "metric_value", "point_config", "point_dir",
-           "run_command", "run_point", "run_sweep", "set_field"]
+           "run_command", "run_point", "run_sweep", "set_field", "changed_points",
+           "tokenizer_path"]

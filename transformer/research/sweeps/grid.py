@@ -150,7 +150,7 @@ def format_value(value: Any) -> str:
 
 
 def check_sweep(sweep: Sweep) -> None:
-  """Raises ValueError with one line for a malformed sweep."""
+  """Raises ConfigError with one line for a malformed sweep."""
   if not isinstance(sweep, Sweep):
     raise ConfigError(f"get_sweep() must return a transformer.research.sweeps.Sweep, not {type(sweep)}.")
   if not sweep.seeds:

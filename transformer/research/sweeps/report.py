@@ -26,6 +26,11 @@ def aggregate(sweep: Sweep, workdir: str,
   if not results:
     raise ConfigError(f"No finished points under {storage.join(workdir, POINTS_DIR)}.")
   points = tuning.points(sweep, results)
+  grid = {p.name for p in points}
+  results = [r for r in results if r["name"] in grid]  # a point the grid no longer holds: not
+  if not results:                                         # reported
+    raise ConfigError(f"None of the finished points under {storage.join(workdir, POINTS_DIR)} "
+                      f"is a point of sweep {sweep.name} as its file now stands.")
   groups = ordered_groups(points, results)
   fields = [f for axis in sweep.axes for f in axis] + list(sweep.tune)
   metrics = list(sweep.metrics)

@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
 import json
 import time
 from typing import Any, Iterable, Optional, Sequence
 
-import filelock
 import jax
 import ml_collections
 from absl import logging
 
-from transformer import storage
+from transformer import checkpoint, storage
 from transformer.data import pipeline
 from transformer.errors import ConfigError, NonFiniteLossError
 from transformer.inference import loading
 from transformer.research.sweeps import tuning
 from transformer.research.sweeps.report import aggregate
-from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep, check_sweep,
-                                              is_finished, load_sweep, point_config,
-                                              point_dir)
+from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
+                                              check_sweep, is_finished, load_sweep,
+                                              point_config, point_dir)
 from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
 from transformer.training import loop, sharding, steps, workdir_checks
 from transformer.training.writers import read_metrics
@@ -41,7 +41,7 @@ from transformer.training.writers import read_metrics
 LOCK_FILE = "running.lock"
 
 
-def claim(workdir: str, point: Point) -> Optional[filelock.BaseFileLock]:
+def claim(workdir: str, point: Point) -> Optional[workdir_checks.Lock]:
   """The point's lock, acquired; None when another process holds it. The lock of training
   (workdir_checks.try_lock, the same mechanism) is another file of the point's directory,
   taken inside this one by the same process: they never wait on each other."""
@@ -89,13 +89,15 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   run_dir = point_dir(workdir, point)
   storage.as_path(run_dir).mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
-  result: dict[str, Any] = {"name": point.name, "group": point.group,
-                            "overrides": dict(point.overrides), "seed": point.seed}
   config = point_config(sweep, point)
+  # The point is this config: a later run of the sweep reuses the result only while the sweep
+  # file still gives the same one (changed_points).
+  result: dict[str, Any] = {"name": point.name, "group": point.group,
+                            "overrides": dict(point.overrides), "seed": point.seed,
+                            "config": checkpoint.to_json(config)}
   if config.dataset != "synthetic" and config.tokenizer.kind == "sentencepiece" and \
       not config.tokenizer.path:
-    # One vocabulary for the whole sweep, trained by its first point.
-    config.tokenizer.path = storage.join(workdir, "tokenizer.model")
+    config.tokenizer.path = tokenizer_path(sweep, workdir, config)
   try:
     final = loop.train_and_evaluate(config, run_dir)
     result.update(status="ok", step=final.get("step"))
@@ -132,6 +134,63 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   result["seconds"] = time.perf_counter() - start
   storage.write_atomically(storage.join(run_dir, RESULT_FILE), json.dumps(result, sort_keys=True))
   return result
+
+
+# What a sweep's SentencePiece model is trained from: its settings and the text it reads.
+_TOKENIZER_INPUTS = ("tokenizer", "dataset", "data_files", "eval_files", "text_split",
+                     "eval_fraction", "test_fraction", "split_seed")
+
+
+def tokenizer_path(sweep: Sweep, workdir: str, config: ml_collections.ConfigDict) -> str:
+  """Where a point's tokenizer is trained (by the first point that needs it) and shared: one
+  WORKDIR/tokenizer.model for every point whose tokenizer inputs are those of the sweep's base
+  and fixed fields, and WORKDIR/tokenizer-KEY.model for points whose axes change them (a
+  vocabulary-size axis gets one tokenizer per size)."""
+  def key(c: ml_collections.ConfigDict) -> str:
+    inputs = checkpoint.to_json({k: c.get(k) for k in _TOKENIZER_INPUTS})
+    return hashlib.sha1(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+
+  own = key(config)
+  shared = own == key(point_config(sweep, Point((), sweep.seeds[0])))
+  return storage.join(workdir, "tokenizer.model" if shared else f"tokenizer-{own}.model")
+
+
+def changed_points(sweep: Sweep, results: Sequence[dict[str, Any]]) -> list[str]:
+  """The finished points of the grid whose stored config differs from the one the sweep file
+  gives them now, each in words with its first changed fields. Results from before configs
+  were stored are taken as they are."""
+  grid = {p.name: p for p in tuning.points(sweep, results)}
+  changed = []
+  for result in results:
+    if "config" not in result or result["name"] not in grid:
+      continue
+    before = workdir_checks.flat_fields(result["config"])
+    now = workdir_checks.flat_fields(
+        checkpoint.to_json(point_config(sweep, grid[result["name"]])))
+    fields = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    if fields:
+      words = [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in fields[:3]]
+      changed.append(f"{result['name']} ({', '.join(words)})")
+  return changed
+
+
+def check_unchanged(sweep: Sweep, workdir: str, rerun_changed: bool = False) -> None:
+  """Refuses to reuse (or report) points run with another config than the sweep file gives
+  them now; with `rerun_changed`, removes those points so that they run again."""
+  changed = changed_points(sweep, load_results(workdir))
+  if not changed:
+    return
+  if not rerun_changed:
+    raise ConfigError(
+        f"{len(changed)} finished point(s) of sweep {sweep.name} in {workdir} were run with "
+        f"another config than the sweep file gives them now: {'; '.join(changed[:2])}"
+        f"{' ...' if len(changed) > 2 else ''}; pass --rerun_changed to run them again, or "
+        "use a new --workdir.")
+  for name in changed:
+    name = name.partition(" (")[0]
+    logging.warning("Sweep %s: %s was run with another config; running it again.", sweep.name,
+                    name)
+    storage.as_path(storage.join(workdir, POINTS_DIR, name)).rmtree()
 
 
 def run_sweep(sweep: Sweep, workdir: str,
@@ -194,7 +253,7 @@ def launch_lines(sweep: Sweep, config_path: str, workdir: str) -> list[str]:
 
 def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str]] = None,
                 seeds: Optional[Sequence[int]] = None, aggregate_only: bool = False,
-                print_launch: bool = False) -> str:
+                print_launch: bool = False, rerun_changed: bool = False) -> str:
   """What scripts/sweep.py does: run the unfinished points (or only aggregate, or list launch
   commands), then rebuild the report; returns the text to print."""
   sweep = load_sweep(config_path)
@@ -208,6 +267,7 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
     check_sweep(sweep)  # e.g. --seeds that repeat the sweep's confirm_seeds: one line
   if print_launch:
     return "\n".join(launch_lines(sweep, config_path, workdir))
+  check_unchanged(sweep, workdir, rerun_changed and not aggregate_only)
   if not aggregate_only:
     run_sweep(sweep, workdir, only=points)
     if not load_results(workdir):  # stopped (or every point busy elsewhere) before any finished
