@@ -13,6 +13,7 @@ import pytest
 
 from conftest import REPO
 from test_evaluation import sacrebleu_cli
+from transformer.errors import ConfigError
 from transformer.training import evaluate, experiment, loop, steps
 from transformer.training.writers import read_metrics
 
@@ -41,8 +42,9 @@ def test_bleu_during_training_needs_a_seq2seq_model(tiny_config, tmp_path):
   tiny_config.model_type = "lm"
   tiny_config.max_len = 18
   tiny_config.bleu_every_steps = 5
-  with pytest.raises(loop.TrainingError, match="bleu_every_steps=5 needs model_type='seq2seq'"):
+  with pytest.raises(ConfigError, match="bleu_every_steps=5 needs model_type='seq2seq'"):
     loop.train_and_evaluate(tiny_config, str(tmp_path))
+  assert not tmp_path.joinpath("tokenizer.json").exists()  # refused before any data
 
 
 def test_evaluate_writes_results_and_its_bleu_is_the_sacrebleu_command_lines(decode_run):

@@ -35,7 +35,6 @@ from transformer.models import Transformer
 from transformer.research import chips
 from transformer.token_ids import EOS_ID
 from transformer.training import experiment, sharding
-from transformer.training import steps as steps_lib
 
 MODES = ("train", "eval", "decode", "data", "diagnostics")
 # The held-out batches the loop's scale diagnostics average over (the experiment default).
@@ -121,16 +120,14 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   if unknown:
     raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}.")
 
-  vocab, vocab_from = pipeline.planned_vocab_size(config)
-  cfg = experiment.model_config(config, vocab_size=vocab)
-  model = experiment.build_model(config, cfg)
+  assembled = experiment.assemble(config, jax.local_devices())
+  cfg, model, mesh, built = (assembled.model_config, assembled.model, assembled.mesh,
+                             assembled.steps)
+  vocab = cfg.vocab_size
   decoder_only = not model.has_encoder
-  mesh = sharding.make_mesh(jax.local_devices(), config.get("fsdp", 1))
-  built = steps_lib.build_steps(config, model, mesh)
   B, L = config.batch_size, config.max_len
   rng = np.random.default_rng(0)
-  host = {k: rng.integers(3, vocab, (B, L)).astype(np.int32)
-          for k in (("targets",) if decoder_only else ("inputs", "targets"))}
+  host = {k: rng.integers(3, vocab, (B, L)).astype(np.int32) for k in model.batch_keys}
   batch = sharding.global_batch(host, mesh)
   state = built.init(jax.random.PRNGKey(0))
   tokens_per_step = B * L * len(host)
@@ -139,7 +136,7 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
       "device": f"{jax.local_device_count()} x {device_kind}",
       "dtype": cfg.dtype, "batch_size": B, "max_len": L, "d_model": cfg.d_model,
       "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": vocab,
-      "vocab_from": vocab_from,
+      "vocab_from": assembled.vocab_from,
       "scan_layers": cfg.scan_layers, "remat": cfg.remat,
       "params": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
       "model_flops_per_token": train_flops_per_step(

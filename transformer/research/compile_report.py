@@ -3,7 +3,7 @@ the compiled program.
 
 With `libtpu` installed (`pip install -e '.[tpu]'`), JAX compiles for a TPU topology it is
 not running on (`jax.experimental.topologies`), here on a CPU. `compile_report` builds the
-train step exactly as training does (`steps.build_steps`: the same mesh, shardings, state
+train step exactly as training does (`experiment.assemble`: the same mesh, shardings, state
 donation and attention kernel, 'auto' resolved for the target's chip) for the target's
 devices, compiles it, and reports per device:
 
@@ -49,11 +49,10 @@ import ml_collections
 import numpy as np
 
 from transformer.attention import step_kernel
-from transformer.data import pipeline
 from transformer.errors import ConfigError
 from transformer.model_summary import train_flops_per_step
 from transformer.research.chips import CHIPS, GIB, GPUS, Chip
-from transformer.training import experiment, sharding, steps
+from transformer.training import experiment, sharding
 
 # The device descriptions XLA's GPU compiler needs to compile for a GPU that is not attached:
 # an H100 SXM 80GB and an H200 SXM 141GB (the same GH100 die: 132 SMs, 50 MiB L2, 1.98 GHz
@@ -268,13 +267,10 @@ def big_float32_buffers(hlo_text: str, length: int, vocab: int) -> dict[str, int
 
 
 def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]) -> tuple:
-  """(compiled step, model, abstract state, mesh): the train step of `config` compiled for
-  `devices` (attached or not), as training builds it."""
-  cfg = experiment.model_config(config, pipeline.planned_vocab_size(config)[0])
-  model = experiment.build_model(config, cfg)
-  mesh = sharding.make_mesh(devices, config.fsdp)
-  sharding.check_batch_size(config.batch_size, mesh)
-  built = steps.build_steps(config, model, mesh)
+  """(compiled step, experiment.Assembled, abstract state): the train step of `config`
+  compiled for `devices` (attached or not), as training assembles it."""
+  assembled = experiment.assemble(config, devices)
+  model, mesh, built = assembled.model, assembled.mesh, assembled.steps
   state = jax.tree_util.tree_map(
       lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
       jax.eval_shape(built.init, jax.random.PRNGKey(0)), built.state_shardings)
@@ -282,15 +278,15 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]
                                    sharding=sharding.batch_sharding(mesh))
            for k in model.batch_keys}
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(mesh))
-  return built.train.lower(state, batch, rng).compile(), model, state, mesh
+  return built.train.lower(state, batch, rng).compile(), assembled, state
 
 
 def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, Any]:
   """The report of the module docstring for `config` on `target` (see `target_devices`)."""
   experiment.validate(config)
   devices, chip = target_devices(target)
-  compiled, model, state, mesh = compile_train_step(config, devices)
-  cfg = model.config
+  compiled, assembled, state = compile_train_step(config, devices)
+  cfg, model, mesh = assembled.model_config, assembled.model, assembled.mesh
   n = len(devices)
   with jax.set_mesh(mesh):  # 'auto' as the step resolved it, for the target's chips
     kernel = step_kernel(cfg)
@@ -326,7 +322,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
       "batch_size": config.batch_size, "max_len": config.max_len,
       "tokens_per_step": config.batch_size * config.max_len * len(model.batch_keys),
       "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
-      "vocab_size": cfg.output_vocab_size, "vocab_from": pipeline.planned_vocab_size(config)[1],
+      "vocab_size": cfg.output_vocab_size, "vocab_from": assembled.vocab_from,
       "params": int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(state.params))),
       "memory_bytes": mem, "state_bytes_per_device": state_bytes,
       # What the fsdp axis could not split (no dimension it divides): on every device whole.

@@ -18,11 +18,11 @@ import ml_collections
 from ml_collections import config_dict
 
 from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
-from transformer.data import synthetic
+from transformer.data import pipeline, synthetic
 from transformer.errors import ConfigError, MissingFileError
 from transformer.models import MODEL_TYPES, model_for
 from transformer.token_ids import NUM_RESERVED
-from transformer.training import optimizers
+from transformer.training import optimizers, sharding, steps
 from transformer.training.optimizers import default_optimizer_fields
 
 
@@ -188,6 +188,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.z_loss < 0:
     raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
+  if config.bleu_every_steps and config.model_type != "seq2seq":
+    raise ConfigError(f"bleu_every_steps={config.bleu_every_steps} needs model_type='seq2seq' "
+                      "(BLEU scores translations); set --config.bleu_every_steps=0.")
   fsdp = config.get("fsdp", 1)
   if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
@@ -226,3 +229,32 @@ def load_config(path: str) -> ml_collections.ConfigDict:
 def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig) -> Any:
   """The experiment's model: a Transformer (model_type 'seq2seq') or a DecoderOnly ('lm')."""
   return model_for(config.model_type, model_config)
+
+
+@dataclasses.dataclass(frozen=True)
+class Assembled:
+  """What a run trains with, before any state exists: built once by `assemble`."""
+  model_config: ModelConfig
+  model: Any  # flax module; its batch_keys name the rows a batch holds
+  mesh: Any  # jax.sharding.Mesh
+  steps: Any  # steps.Steps: jitted init, train, eval and gradient steps on the mesh
+  vocab_from: str  # where the vocabulary size came from (data.planned_vocab_size)
+
+
+def assemble(config: ml_collections.ConfigDict,
+             devices: Optional[typing.Sequence[Any]] = None) -> Assembled:
+  """The model, mesh and steps of an experiment config on `devices` (default: every device of
+  every process; attached or not): the one assembly that training, the benchmark and the
+  compile report use. The vocabulary is the one the config's data gives (read off the config,
+  so nothing is prepared), and the batch is checked against the mesh: every mistake here is
+  one line before any data is read or anything compiled."""
+  vocab_size, vocab_from = pipeline.planned_vocab_size(config)
+  cfg = model_config(config, vocab_size)
+  mesh = sharding.make_mesh(devices, config.fsdp)
+  sharding.check_batch_size(config.batch_size, mesh)
+  if config.batch_size % (config.grad_accum_steps * mesh.devices.size):
+    raise ConfigError(f"batch_size={config.batch_size} must split into grad_accum_steps="
+                      f"{config.grad_accum_steps} micro-batches, each divisible by the "
+                      f"{mesh.devices.size} devices.")
+  model = build_model(config, cfg)
+  return Assembled(cfg, model, mesh, steps.build_steps(config, model, mesh), vocab_from)

@@ -23,6 +23,7 @@ from absl import logging
 from tqdm import tqdm
 
 from transformer import checkpoint, diagnostics, model_summary, storage
+from transformer.config import ModelConfig
 from transformer.data import pipeline
 from transformer.errors import (NonFiniteLossError, TrainingError, UserError, disk_full,
                               one_line)
@@ -66,11 +67,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     with lock:
       # Every check that can be made before data preparation (which may train a tokenizer or
       # build a TFDS dataset) is made first.
-      mesh = _mesh_for(config, devices)
-      data_changed = _check_workdir(config, workdir)
+      assembled = experiment.assemble(config, devices)
+      data_changed = _check_workdir(config, workdir, assembled.model_config)
       datasets = _get_datasets(config, workdir)
       with stop_signals.StopSignals() as signals:
-        return _train(config, workdir, datasets, mesh, data_changed, signals)
+        return _train(config, workdir, datasets, assembled, data_changed, signals)
   except BaseException as e:
     if created:
       workdir_checks.remove_if_empty(workdir)
@@ -100,26 +101,11 @@ class _Run:
   counts: diagnostics.TokenCounts
 
 
-def _mesh_for(config: ml_collections.ConfigDict,
-              devices: Optional[Sequence[jax.Device]]) -> jax.sharding.Mesh:
-  """The run's mesh, once the batch and the metrics fit these devices and this model kind."""
-  mesh = sharding.make_mesh(devices, config.fsdp)
-  sharding.check_batch_size(config.batch_size, mesh)
-  if config.batch_size % (config.grad_accum_steps * mesh.devices.size):
-    raise TrainingError(f"batch_size={config.batch_size} must split into grad_accum_steps="
-                        f"{config.grad_accum_steps} micro-batches, each divisible by the "
-                        f"{mesh.devices.size} devices.")
-  if config.bleu_every_steps and config.model_type != "seq2seq":
-    raise TrainingError(f"bleu_every_steps={config.bleu_every_steps} needs model_type='seq2seq' "
-                        "(BLEU scores translations); set --config.bleu_every_steps=0.")
-  return mesh
-
-
-def _check_workdir(config: ml_collections.ConfigDict, workdir: str) -> bool:
+def _check_workdir(config: ml_collections.ConfigDict, workdir: str,
+                   model_config: ModelConfig) -> bool:
   """The workdir against this run, before any data is read: its model, data stream and
-  steps (the vocabulary as the config gives it, which the data will match). True when the data
-  stream changed and allow_data_change lets the run go on (workdir_checks.check_resumable)."""
-  model_config = experiment.model_config(config, pipeline.planned_vocab_size(config)[0])
+  steps. True when the data stream changed and allow_data_change lets the run go on
+  (workdir_checks.check_resumable)."""
   saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
   data_changed = workdir_checks.check_resumable(
       workdir, config, model_config, bool(saved_steps),
@@ -129,21 +115,20 @@ def _check_workdir(config: ml_collections.ConfigDict, workdir: str) -> bool:
 
 
 def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           mesh: jax.sharding.Mesh, data_changed: bool) -> _Run:
-  """Builds the model and steps on `mesh` and restores the newest checkpoint (its data
+           assembled: experiment.Assembled, data_changed: bool) -> _Run:
+  """Initialises the assembled model's state and restores the newest checkpoint (its data
   position unless `data_changed`), or checks that starting afresh loses no history."""
-  model_config = experiment.model_config(config, datasets.vocab_size)
-  planned, source = pipeline.planned_vocab_size(config)
-  if model_config != experiment.model_config(config, planned):  # what _check_workdir judged
-    raise TrainingError(f"The data gave a vocabulary of {datasets.vocab_size} where {source} "
-                        f"gives {planned}; set --config.model.vocab_size={datasets.vocab_size}.")
+  model_config, model, mesh, built = (assembled.model_config, assembled.model, assembled.mesh,
+                                      assembled.steps)
+  if model_config != experiment.model_config(config, datasets.vocab_size):
+    raise TrainingError(f"The data gave a vocabulary of {datasets.vocab_size} where "
+                        f"{assembled.vocab_from} gives {model_config.vocab_size}; set "
+                        f"--config.model.vocab_size={datasets.vocab_size}.")
   # Taken after the data is prepared: a first run's tokenizer file exists only now.
   identity = workdir_checks.run_identity(config, workdir, jax.process_count())
   resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
               checkpoint.IDENTITY_KEY: identity}
 
-  model = experiment.build_model(config, model_config)
-  built = steps.build_steps(config, model, mesh)
   init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   state = built.init(init_rng)
 
@@ -180,9 +165,9 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           mesh: jax.sharding.Mesh, data_changed: bool,
+           assembled: experiment.Assembled, data_changed: bool,
            signals: stop_signals.StopSignals) -> dict[str, Any]:
-  run = _setup(config, workdir, datasets, mesh, data_changed)
+  run = _setup(config, workdir, datasets, assembled, data_changed)
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}
   window = MetricWindow(lambda step: _stop_at_nonfinite(run.ckpt, step))
