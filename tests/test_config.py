@@ -38,6 +38,10 @@ def test_defaults_are_the_paper_base_model():
     (dict(posemb_scale=-1.0), ["posemb_scale=-1.0"]),
     (dict(attn_logit_softcap=-3.0), ["attn_logit_softcap=-3.0"]),
     (dict(head_dim=0), ["head_dim=0"]),
+    (dict(attn_logit_softcap_layers=1), ["attn_logit_softcap_layers", "attn_logit_softcap is None"]),
+    (dict(attn_logit_softcap=5.0, attn_logit_softcap_layers=0), ["attn_logit_softcap_layers=0"]),
+    (dict(attn_logit_softcap=5.0, attn_logit_softcap_layers=1, scan_layers=True),
+     ["attn_logit_softcap_layers", "scan_layers=False"]),
     (dict(posemb="rope", d_model=36, num_heads=4), ["head_dim=9", "rope"]),
 ])
 def test_bad_config_raises_value_error_naming_the_field(overrides, words):
@@ -62,6 +66,18 @@ def test_config_is_frozen_and_round_trips():
   assert ModelConfig.from_dict(cfg.to_dict()) == cfg
   with pytest.raises(ValueError, match="no field"):
     ModelConfig.from_dict({**cfg.to_dict(), "dmodel": 3})
+
+
+def test_softcap_per_layer():
+  every = ModelConfig(attn_logit_softcap=5.0)
+  assert [every.softcap_at(i) for i in range(3)] == [5.0, 5.0, 5.0]
+  assert every.for_layer(2) is every
+  first_two = every.replace(attn_logit_softcap_layers=2)
+  assert [first_two.softcap_at(i) for i in range(3)] == [5.0, 5.0, None]
+  assert first_two.for_layer(1).attn_logit_softcap == 5.0
+  assert first_two.for_layer(2).attn_logit_softcap is None
+  assert first_two.for_layer(2).attn_logit_softcap_layers is None
+  assert ModelConfig().softcap_at(0) is None
 
 
 def test_replace_validates():

@@ -16,9 +16,9 @@ VOCAB = 64
 
 
 def _lm(**overrides):
-  cfg = ModelConfig.from_recipe("vaswani2017", vocab_size=VOCAB, d_model=256, num_heads=4,
-                                d_ff=32, num_encoder_layers=0, num_decoder_layers=1, max_len=64,
-                                **overrides)
+  cfg = ModelConfig.from_recipe("vaswani2017", **{
+      **dict(vocab_size=VOCAB, d_model=256, num_heads=4, d_ff=32, num_encoder_layers=0,
+             num_decoder_layers=1, max_len=64), **overrides})
   model = DecoderOnly(cfg)
   tokens = jnp.asarray(np.random.RandomState(0).randint(1, VOCAB, (4, 64)), jnp.int32)
   params = model.init(jax.random.PRNGKey(0), tokens)["params"]
@@ -303,3 +303,20 @@ def test_qk_alignment_against_hand_values():
     dots = k[0, :i + 1, 0, 0]
     rows.append(dots.var() / (1.0 * np.mean(np.sum(k[0, :i + 1, 0] ** 2, -1)) / 2))
   np.testing.assert_allclose(float(stats["qk_alignment"][0]), np.mean(rows), rtol=1e-6)
+
+
+def test_softcap_of_the_first_layer_only_in_the_statistics_and_maps():
+  """With attn_logit_softcap_layers=1, layer 0's statistics and weights are of the capped
+  logits (|logit| < cap) and layer 1's of the raw ones, as the model computes them."""
+  cap = 0.05  # below the init logits' spread, so the cap shows in every head
+  model, params, batch = _lm(num_decoder_layers=2, attn_logit_softcap=cap,
+                             attn_logit_softcap_layers=1)
+  out = diagnostics.scale_diagnostics(model, params, batch)
+  absmax = lambda i: max(float(out[f"decoder/layer_{i}/self_attention/head_{h}/logit_absmax"])  # noqa: E731
+                         for h in range(4))
+  assert absmax(0) <= cap * (1 + 1e-6) < absmax(1)  # tanh reaches 1 in float32
+  uncapped = DecoderOnly(model.config.replace(attn_logit_softcap=None,
+                                              attn_logit_softcap_layers=None))
+  maps, raw = (diagnostics.attention_maps(m, params, batch) for m in (model, uncapped))
+  assert not np.allclose(maps["decoder/layer_0/self_attention"],
+                         raw["decoder/layer_0/self_attention"], atol=1e-4)

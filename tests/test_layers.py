@@ -125,3 +125,27 @@ def test_scan_and_remat_compute_the_same_model(scan_layers, remat):
   g_looped = _restack(g_looped, scan_layers)
   for a, b in zip(jax.tree_util.tree_leaves(g_looped), jax.tree_util.tree_leaves(g_other)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # key-bias grads are ~1e-6 noise
+
+
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_softcap_on_the_first_layers_only(remat):
+  """attn_logit_softcap_layers=1: block 0 runs capped, block 1 as if no cap were set (the
+  blocks composed by hand from the stack's own params), and the stack differs from both the
+  uncapped and the everywhere-capped one."""
+  mask = jnp.ones((2, 1, 5, 5), bool)
+  positions = jnp.broadcast_to(jnp.arange(5), (2, 5))
+  x = 4.0 * X  # large logits, so a cap of 0.5 bites
+  capped, uncapped = _cfg(attn_logit_softcap=0.5), _cfg()
+  first_only = capped.replace(attn_logit_softcap_layers=1, remat=remat)
+  stack = layers.BlockStack(first_only, num_layers=2, cross_attention=False)
+  params = stack.init(jax.random.PRNGKey(0), x, mask, positions)["params"]
+  out = stack.apply({"params": params}, x, mask, positions)
+  unwrap = (lambda p: p["block"]) if remat != "none" else (lambda p: p)  # noqa: E731
+  by_hand = x
+  for i, cfg in enumerate((capped, uncapped)):
+    by_hand = layers.DecoderBlock(cfg, cross_attention=False).apply(
+        {"params": unwrap(params[f"layer_{i}"])}, by_hand, mask, positions)
+  np.testing.assert_allclose(out, by_hand, rtol=1e-5, atol=1e-6)
+  for other in (capped, uncapped):
+    whole = layers.BlockStack(other.replace(remat=remat), num_layers=2, cross_attention=False)
+    assert not np.allclose(whole.apply({"params": params}, x, mask, positions), out, atol=1e-4)

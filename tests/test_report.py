@@ -49,11 +49,44 @@ def test_a_tuned_sweep_reports_each_arm_at_its_best_rate_and_paired_differences(
   assert "## Each arm at its own best learning_rate" in text
   assert "| embed_scale=sqrt_d | 0.001, 0.002, 0.004 | 0.002 | 3.000 ± 0.000 | 3.100 ± 0.100 | 3 |" in text
   # none - sqrt_d = 0.30, 0.31, 0.32: mean 0.31, sd 0.01, t(0.975, 2) = 4.3027.
-  assert ("| embed_scale=none | embed_scale=sqrt_d | +0.3100 | [+0.2852, +0.3348] | 3 | higher |"
+  assert ("| embed_scale=none | embed_scale=sqrt_d | +0.3100 | [+0.2852, +0.3348] | 3 | 0.00035 | kept | higher |"
           in text)
   assert [b.best for b in summary["bests"]] == [2e-3, 2e-3]
   plot = tmp_path / "plots" / "tuning_eval_loss_vs_learning_rate.png"
   assert plot.stat().st_size > 1000 and "](plots/tuning_eval_loss_vs_learning_rate.png)" in text
+
+
+def test_stored_test_rows_add_the_test_sets_error_and_correlations_read_every_chosen_run(
+    tmp_path):
+  """Runs that stored each test example's NLL get the test-set columns (the verdict on the
+  wider interval), and a correlation is over the runs at each arm's chosen rate."""
+  from test_tuning import result, tuned_sweep
+  sweep = tuned_sweep(metrics=("eval/loss",), curves=(),
+                      correlations=({"x": "step_150/v", "y": "test/loss"},))
+  xs = {}
+  for seed in (0, 1, 2):
+    for lr in (1e-3, 2e-3, 4e-3):
+      far = abs(math.log2(lr / 2e-3))
+      for scale, test in (("sqrt_d", 3.0 + 0.1 * seed), ("none", 3.3 + 0.11 * seed)):
+        r = result(scale, lr, seed, 3.0 + far, test=test)
+        r["metrics"]["step_150/v"] = xs[(scale, lr, seed)] = test * 2 + (0.05 if seed == 1 else 0)
+        # Two examples of 10 tokens whose NLL sums make the test loss; the arms differ by
+        # +-2.7 nats a token on them, so the test set's own error dwarfs the seeds'.
+        swing = 2.7 if scale == "none" else 0.0
+        r["test_rows"] = [[10 * (test + swing), 10.0], [10 * (test - swing), 10.0]]
+        os.makedirs(tmp_path / "points" / r["name"])
+        (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
+  sweeps.aggregate(sweep, str(tmp_path), command="CMD")
+  text = (tmp_path / "results.md").read_text()
+  assert "| test-set s.e. | 95% interval with test set | seeds | p | Holm | verdict |" in text
+  line = next(l for l in text.splitlines() if l.startswith("| embed_scale=none |")
+              and "[" in l)
+  assert "| 2.7" in line and line.endswith("| not settled |"), line
+  pairs = [(xs[(a, 2e-3, s)], 3.0 + 0.1 * s if a == "sqrt_d" else 3.3 + 0.11 * s)
+           for a in ("sqrt_d", "none") for s in (0, 1, 2)]
+  r, low, high, n = sweeps.correlation(*zip(*pairs))
+  assert f"| all arms pooled | {r:+.3f} | [{low:+.4f}, {high:+.4f}] | 6 |" in text
+  assert "| embed_scale=sqrt_d | " in text.split("Pearson r of test/loss")[1]
 
 
 def test_an_untuned_sweep_with_a_baseline_reports_paired_differences(tmp_path):
@@ -69,7 +102,7 @@ def test_an_untuned_sweep_with_a_baseline_reports_paired_differences(tmp_path):
   text = (tmp_path / "results.md").read_text()
   assert "**small** = head_dim=8; **large** = head_dim=16" in text
   # 16 - 8 = 0.30, 0.31, 0.32: mean 0.31, sd 0.01, t(0.975, 2) = 4.3027 (as for a tuned sweep).
-  assert "| large | small | +0.3100 | [+0.2852, +0.3348] | 3 | higher |" in text
+  assert "| large | small | +0.3100 | [+0.2852, +0.3348] | 3 | 0.00035 | kept | higher |" in text
   # Without a baseline an untuned sweep's report has no such table.
   sweeps.aggregate(tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1, 2),
                               metrics=("test/loss",), curves=()), str(tmp_path))
@@ -125,7 +158,7 @@ def test_also_report_gives_a_second_metric_at_the_same_choices_with_its_own_diff
   assert "| embed_scale=sqrt_d | 21.000 ± 1.000 | 3 |" in bleu
   assert "| embed_scale=none | 19.000 ± 1.000 | 3 |" in bleu
   # none - sqrt_d = -2 at every seed: no spread, the interval is the point.
-  assert "| embed_scale=none | embed_scale=sqrt_d | -2.0000 | [-2.0000, -2.0000] | 3 | lower |" \
+  assert "| embed_scale=none | embed_scale=sqrt_d | -2.0000 | [-2.0000, -2.0000] | 3 | - | - | lower |" \
       in bleu
 
 
@@ -173,7 +206,7 @@ def test_a_tuned_sweep_reports_learning_rate_sensitivity_with_paired_differences
   # none - paper = (2 (2 + 0.1 s) - 2) / 3, but seed 2's far losses, 4.2, count as the cap
   diffs = [(2 * 2.0 - 2) / 3, (2 * 2.1 - 2) / 3, (2 * 2.15 - 2) / 3]
   mean, low, high = sweeps.tuning.t_interval(diffs)
-  assert f"| none | paper | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 | higher |" in text
+  assert f"| none | paper | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 | 0.0017 | kept | higher |" in text
 
 
 def _committed_sweeps():

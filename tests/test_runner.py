@@ -214,10 +214,12 @@ def test_a_translation_point_records_test_bleu_and_encoder_diagnostics(tmp_path)
              "max_len": 32, "num_train_steps": 2, "log_every_steps": 1, "eval_every_steps": 2,
              "bleu_every_steps": 2, "diagnostics_every_steps": 1,
              "checkpoint_every_steps": 2, "async_checkpoints": False,
-             "eval_fraction": 0.1, "test_fraction": 0.1})
+             "eval_fraction": 0.1, "test_fraction": 0.1}, at_steps=(1,))
   [point] = sweeps.expand(sweep)
   result = sweeps.run_point(sweep, str(tmp_path / "w"), point)
   metrics = result["metrics"]
+  _check_test_rows(result, examples=10)
+  assert metrics["step_1/decoder/embed/ratio"] != metrics["init/decoder/embed/ratio"]
   assert result["status"] == "ok" and result["bleu_signature"].startswith("nrefs:1|")
   assert 0 <= metrics["decode/bleu"] <= 100 and 0 <= metrics["test/bleu"] <= 100
   assert metrics["test/num_examples"] == 10  # 10% of 100 pairs, decoded once each
@@ -227,6 +229,36 @@ def test_a_translation_point_records_test_bleu_and_encoder_diagnostics(tmp_path)
       value = sweeps.metric_value(
           metrics, f"mean:final/{stack}/layer_0/self_attention/head_*/{stat}")
       assert math.isfinite(value), (stack, stat)
+
+
+def _check_test_rows(result, examples):
+  """One [NLL sum, tokens] per test example, in order; their sums give the run's test NLL."""
+  rows = result["test_rows"]
+  assert len(rows) == examples and all(tokens > 0 for _, tokens in rows)
+  assert len({n for n, _ in rows}) > 1  # each row its own sums, not a batch's
+  nll = sum(n for n, _ in rows) / sum(t for _, t in rows)
+  assert nll == pytest.approx(result["metrics"]["test/nll"], rel=1e-5)
+  assert sum(t for _, t in rows) == result["metrics"]["test/weight_sum"]
+
+
+def test_a_language_model_point_stores_each_test_examples_nll(tmp_path):
+  """A packed LM on a text file written here: the test split is scored one example a row,
+  each example's sums stored (what the report's test-set error reads)."""
+  text = tmp_path / "t.txt"
+  text.write_text("\n\n".join(f"line {i} of some text, {'ab' * (i % 7)}." for i in range(200)))
+  sweep = tiny_sweep(
+      base=os.path.join(REPO, "configs/lm_tiny.py"), axes=({"model.embed_scale": ["none"]},),
+      fixed={"data_files": str(text), "tfds_data_dir": str(tmp_path / "tfds"),
+             "tokenizer.kind": "bytes", "model.d_model": 32, "model.d_ff": 64,
+             "model.num_decoder_layers": 1, "batch_size": 8, "max_len": 32,
+             "num_train_steps": 2, "log_every_steps": 1, "eval_every_steps": 2,
+             "diagnostics_every_steps": 1, "checkpoint_every_steps": 2,
+             "async_checkpoints": False, "eval_fraction": 0.1, "test_fraction": 0.1},
+      metrics=("test/nll",), curves=("eval/loss",))
+  [point] = sweeps.expand(sweep)
+  result = sweeps.run_point(sweep, str(tmp_path / "w"), point)
+  # 10% of 200 paragraphs, each scored whole from its start (none is longer than a row).
+  _check_test_rows(result, examples=20)
 
 
 def _fake_training(calls):

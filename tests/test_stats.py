@@ -107,3 +107,18 @@ def test_curve_values_reduce_the_matching_series_at_their_common_steps():
   assert curve_values(curves, "max:d/layer_0/head_*/v") == {0: 3.0, 50: 4.0}
   assert curve_values(curves, "d/layer_9/*") == {}
   assert curve_pattern("max:d/layer_0/head_*/v") == "d/layer_0/head_*/v"
+
+
+def test_correlation_and_its_fisher_interval_against_a_hand_computation():
+  xs, ys = [1.0, 2.0, 3.0, 4.0, 5.0, float("nan")], [2.1, 3.9, 6.2, 7.8, 10.1, 1.0]
+  r, low, high, n = stats.correlation(xs, ys)
+  x, y = xs[:5], ys[:5]  # the NaN pair left out
+  mx, my = sum(x) / 5, sum(y) / 5
+  hand = (sum((a - mx) * (b - my) for a, b in zip(x, y))
+          / math.sqrt(sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y)))
+  assert n == 5 and r == pytest.approx(hand)
+  half = 1.959964 / math.sqrt(5 - 3)
+  assert (low, high) == pytest.approx((math.tanh(math.atanh(hand) - half),
+                                       math.tanh(math.atanh(hand) + half)), rel=1e-5)
+  assert math.isnan(stats.correlation([1, 2, 3], [1, 3, 2])[1])  # 3 pairs: no interval
+  assert math.isnan(stats.correlation([1, 1, 1, 1], [1, 2, 3, 4])[0])  # x constant

@@ -4,7 +4,9 @@ reported on test, and paired differences with t-intervals, on stored results mad
 import dataclasses
 import math
 
+import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from test_grid import tiny_sweep
 from transformer.research import sweeps
@@ -468,3 +470,59 @@ def test_a_trend_is_validated():
       sweeps.check_sweep(trend_sweep(**kw))
   with pytest.raises(ValueError, match="trend=.*two positive numbers"):
     sweeps.check_sweep(trend_sweep(axes=({"num_train_steps": [100]}, two_axes)))
+
+
+def test_test_set_error_matches_a_paired_bootstrap_over_test_examples():
+  """The first-order s.e. against 4,000 bootstrap resamples of the examples (the same examples
+  for both arms and every seed), the difference a ratio of sums averaged over seeds."""
+  rng = np.random.default_rng(0)
+  rows, seeds = 300, 3
+  tokens = rng.integers(5, 60, rows).astype(float)
+  per_token = rng.gamma(4.0, 1.0, rows)  # examples differ in difficulty
+  arm = [np.stack([tokens * (per_token + rng.normal(0.05, 0.3, rows)), tokens], 1)
+         for _ in range(seeds)]
+  base = [np.stack([tokens * (per_token + rng.normal(0.0, 0.3, rows)), tokens], 1)
+          for _ in range(seeds)]
+  se = sweeps.test_set_se(arm, base)
+
+  def difference(idx):
+    return np.mean([a[idx, 0].sum() / a[idx, 1].sum() - b[idx, 0].sum() / b[idx, 1].sum()
+                    for a, b in zip(arm, base)])
+
+  boot = [difference(rng.integers(0, rows, rows)) for _ in range(4000)]
+  assert se == pytest.approx(np.std(boot), rel=0.08)
+  # Runs not scored on one test set (another example count or other token counts): no term.
+  assert math.isnan(sweeps.test_set_se(arm, [b[:-1] for b in base]))
+  shifted = [np.stack([b[:, 0], b[:, 1] + 1], 1) for b in base]
+  assert math.isnan(sweeps.test_set_se(arm, shifted))
+
+
+def test_the_test_set_term_widens_the_interval_and_drives_the_verdict():
+  """Seeds agree (s.e. 0.006) but the test set is small: the difference is 'higher' over seeds
+  and 'not settled' once the test set's own error is in."""
+  rows = {s: [[10.0 + s, 10.0], [12.0, 10.0]] for s in range(3)}
+  noisy = {s: [[14.0 + s + 0.01 * s, 10.0], [8.0 + 0.01, 10.0]] for s in range(3)}
+  paired = sweeps.paired("a", "b", {s: 1.1 + 0.01 * s for s in range(3)},
+                         {s: 1.0 for s in range(3)}, noisy, rows)
+  assert paired.low > 0 and paired.test_se > 0.1
+  low, high = paired.interval
+  assert low < 0 < high and paired.verdict == "not settled"
+  half = 4.302653 * math.hypot(paired.seed_se, paired.test_se)
+  assert (low, high) == pytest.approx((paired.mean - half, paired.mean + half), rel=1e-5)
+  without = sweeps.paired("a", "b", {s: 1.1 + 0.01 * s for s in range(3)},
+                          {s: 1.0 for s in range(3)})
+  assert math.isnan(without.test_se) and without.interval == (without.low, without.high)
+  assert without.verdict == "higher"
+
+
+def test_holm_keeps_comparisons_in_order_of_p_until_the_first_that_fails():
+  def with_p(p):  # a Paired whose t statistic gives p on 2 d.o.f. (3 seeds)
+    t = scipy_stats.t.isf(p / 2, 2)
+    half = scipy_stats.t.ppf(0.975, 2) / t
+    return sweeps.Paired("a", "b", 1.0, 1.0 - half, 1.0 + half, 3)
+
+  paired = [with_p(p) for p in (0.04, 0.001, 0.02, 0.3)]
+  assert [x.p_value for x in paired] == pytest.approx([0.04, 0.001, 0.02, 0.3], rel=1e-6)
+  # Sorted: 0.001 <= 0.05/4 kept; 0.02 > 0.05/3: stop, so 0.02, 0.04 and 0.3 are not kept.
+  assert sweeps.holm(paired) == [False, True, False, False]
+  assert sweeps.holm([with_p(0.001), with_p(0.02)]) == [True, True]  # 0.02 <= 0.05/1

@@ -93,6 +93,9 @@ class ModelConfig:
   qkv_init: str = "xavier"
   qk_norm: str = "none"
   attn_logit_softcap: Optional[float] = None
+  # Cap only the first N blocks of each stack (None: every block): an intervention on the
+  # early layers' logits alone (docs/findings.md, M8). Not with scan_layers (one block shape).
+  attn_logit_softcap_layers: Optional[int] = None
 
   # Blocks.
   norm_position: str = "post"
@@ -128,6 +131,17 @@ class ModelConfig:
   def qk_dim(self) -> int:
     """d_k: the per-head query/key width."""
     return self.head_dim if self.head_dim is not None else self.d_model // self.num_heads
+
+  def softcap_at(self, layer: int) -> Optional[float]:
+    """The attention logit soft cap of block `layer` (0-based) of a stack."""
+    capped = self.attn_logit_softcap_layers is None or layer < self.attn_logit_softcap_layers
+    return self.attn_logit_softcap if capped else None
+
+  def for_layer(self, layer: int) -> "ModelConfig":
+    """The config block `layer` of a stack sees: the per-layer fields resolved."""
+    if self.attn_logit_softcap_layers is None:
+      return self
+    return self.replace(attn_logit_softcap=self.softcap_at(layer), attn_logit_softcap_layers=None)
 
   @property
   def output_vocab_size(self) -> int:
@@ -177,6 +191,17 @@ class ModelConfig:
     if self.attn_logit_softcap is not None and not self.attn_logit_softcap > 0:
       raise ConfigError(
           f"ModelConfig.attn_logit_softcap={self.attn_logit_softcap!r} must be None or a number > 0.")
+    if self.attn_logit_softcap_layers is not None:
+      if self.attn_logit_softcap is None:
+        raise ConfigError("ModelConfig.attn_logit_softcap_layers is set but attn_logit_softcap "
+                          "is None: set the cap, or leave the layers unset.")
+      if (not isinstance(self.attn_logit_softcap_layers, int)
+          or self.attn_logit_softcap_layers <= 0):
+        raise ConfigError(f"ModelConfig.attn_logit_softcap_layers="
+                          f"{self.attn_logit_softcap_layers!r} must be None or a positive integer.")
+      if self.scan_layers:
+        raise ConfigError("ModelConfig.attn_logit_softcap_layers needs scan_layers=False: a "
+                          "scanned stack runs one block for every layer.")
     if self.head_dim is None and self.d_model % self.num_heads:
       raise ConfigError(
           f"ModelConfig.d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "

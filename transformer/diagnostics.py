@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.attention import attention_logits
+from transformer.config import ModelConfig
 from transformer.models import apply_model, shift_right
 from transformer.token_ids import PAD_ID
 
@@ -166,7 +167,7 @@ def _layers(tree: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any], bool]
 
 def _stack_diagnostics(stack: str, tree: Mapping[str, Any], tokens: jax.Array, valid: jax.Array,
                        buckets: Optional[jax.Array],
-                       softcap: Optional[float]) -> dict[str, jax.Array]:
+                       config: ModelConfig) -> dict[str, jax.Array]:
   """The embedding, residual and attention statistics of one encoder or decoder stack."""
   out = {}
   emb = tree["input_embedding"]
@@ -188,7 +189,7 @@ def _stack_diagnostics(stack: str, tree: Mapping[str, Any], tokens: jax.Array, v
   for i, h in _residuals(tree["blocks"]):
     out[f"{stack}/layer_{i}/residual_rms"] = _rms(h, valid)
   for i, kind, q, k, s, m in _attentions(tree["blocks"]):
-    for stat, per_head in attention_stats(q, k, s, m, softcap).items():
+    for stat, per_head in attention_stats(q, k, s, m, config.softcap_at(i)).items():
       for h in range(per_head.shape[0]):
         out[f"{stack}/layer_{i}/{kind}/head_{h}/{stat}"] = per_head[h]
   return out
@@ -230,7 +231,7 @@ def attention_maps(model: nn.Module, params: Any, batch: Batch) -> dict[str, jax
     if stack in state["intermediates"]:
       for i, kind, q, k, s, m in _attentions(state["intermediates"][stack]["blocks"]):
         out[f"{stack}/layer_{i}/{kind}"] = attention_weights(q, k, s, m,
-                                                             model.config.attn_logit_softcap)
+                                                             model.config.softcap_at(i))
   return out
 
 
@@ -254,9 +255,9 @@ def scale_diagnostics(model: nn.Module, params: Any, batch: Batch,
   if model.has_encoder:
     inputs = batch["inputs"]
     out.update(_stack_diagnostics("encoder", inter["encoder"], inputs, inputs != PAD_ID, buckets,
-                                  cfg.attn_logit_softcap))
+                                  cfg))
   out.update(_stack_diagnostics("decoder", inter["decoder"], decoder_tokens, target_valid,
-                                buckets, cfg.attn_logit_softcap))
+                                buckets, cfg))
   log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)  # float32[B, L]
   out["output/log_z"] = _masked_mean(log_z, target_valid, (0, 1))
   max_logit = jnp.max(logits.astype(jnp.float32), axis=-1)

@@ -145,11 +145,13 @@ class BlockStack(nn.Module):
       x, _ = stack(cfg, self.cross_attention, deterministic, decode, True, name="layers")(x, *args)
       return x
     for i in range(self.num_layers):
+      block_cfg = cfg.for_layer(i)
       if cfg.remat != "none":
-        x = layer(cfg, self.cross_attention, deterministic, decode, False, name=f"layer_{i}")(x, *args)
+        x = layer(block_cfg, self.cross_attention, deterministic, decode, False,
+                  name=f"layer_{i}")(x, *args)
       elif self.cross_attention is None:
-        x = EncoderBlock(cfg, name=f"layer_{i}")(x, *args, deterministic=deterministic)
+        x = EncoderBlock(block_cfg, name=f"layer_{i}")(x, *args, deterministic=deterministic)
       else:
-        x = DecoderBlock(cfg, cross_attention=self.cross_attention, name=f"layer_{i}")(
+        x = DecoderBlock(block_cfg, cross_attention=self.cross_attention, name=f"layer_{i}")(
             x, *args, deterministic=deterministic, decode=decode)
     return x

@@ -2,8 +2,9 @@
 
   grid.py    the Sweep a sweep file defines, its points and their configs
   runner.py  running points (resumable, a lock per running point), launch lines for a cluster
-  stats.py   stored results, means over seeds, log-log fits
+  stats.py   stored results, means over seeds, log-log fits, correlations over seeds
   tuning.py  a tuned field (the learning rate) searched per arm; paired differences by seed
+             (with the test set's own error where stored) and a Holm correction
   report.py  results.md, results.csv and the plots (plots.py), from stored results alone
 """
 
@@ -13,14 +14,17 @@ from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sw
 from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.runner import (LOCK_FILE, changed_points, claim, launch_lines,
                                                 length_losses, run_point, run_sweep,
-                                                run_command, tokenizer_path)
-from transformer.research.sweeps.stats import fit_slopes, load_results, metric_value
-from transformer.research.sweeps.tuning import (best_per_arm, paired_differences,
-                                                searched_values, t_interval)
+                                                run_command, test_rows, tokenizer_path)
+from transformer.research.sweeps.stats import (correlation, fit_slopes, load_results,
+                                               metric_value)
+from transformer.research.sweeps.tuning import (Paired, best_per_arm, holm, paired,
+                                                paired_differences, searched_values, t_interval,
+                                                test_set_se)
 
 __all__ = ["POINTS_DIR", "RESULT_FILE", "LOCK_FILE", "Point", "Sweep", "aggregate", "best_per_arm",
            "check_sweep", "paired_differences", "searched_values", "t_interval",
            "claim", "expand", "fit_slopes", "is_finished", "launch_lines", "length_losses",
            "load_results", "load_sweep", "metric_value", "point_config", "point_dir",
            "run_command", "run_point", "run_sweep", "set_field", "changed_points",
-           "tokenizer_path"]
+           "tokenizer_path", "test_rows", "correlation", "Paired", "paired", "holm",
+           "test_set_se"]

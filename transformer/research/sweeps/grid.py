@@ -12,6 +12,11 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   curves            '{split}/{name}' series of metrics.jsonl stored in result.json and plotted
                     over steps per group (fnmatch patterns store every match)
   fits              [{x: dotted field, y: metric}]: slope of log y against log x per seed
+  at_steps          optional steps whose diagnostics records join the result as 'step_{S}/*'
+                    (beside 'init/*' and 'final/*'): a quantity early in training
+  correlations      optional [{x: metric, y: metric}]: Pearson r over seeds, with a 95% Fisher
+                    interval, of each arm at its chosen value (every seed run there) and of
+                    all those runs pooled over arms
   length_factors    optional: after training, eval loss at these multiples of max_len
   tune              optional {dotted field: [values]}: one numeric field (the learning rate)
                     searched separately for every arm (setting of the axes); see tuning.py
@@ -82,6 +87,8 @@ class Sweep:
   metrics: tuple[str, ...] = ("eval/loss",)
   curves: tuple[str, ...] = ("eval/loss",)
   fits: tuple[dict[str, str], ...] = ()
+  at_steps: tuple[int, ...] = ()
+  correlations: tuple[dict[str, str], ...] = ()
   length_factors: tuple[float, ...] = ()
   tune: dict[str, list[float]] = dataclasses.field(default_factory=dict)
   select: str = "eval/loss"
@@ -190,6 +197,13 @@ def check_sweep(sweep: Sweep) -> None:
   if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
     raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
                       f"{[arm_label(a) for a in arms(sweep)]}.")
+  if not all(isinstance(s, int) and s > 0 for s in sweep.at_steps):
+    raise ConfigError(f"at_steps={list(sweep.at_steps)} must be positive integers (steps).")
+  if sweep.correlations and not sweep.tune:
+    raise ConfigError("correlations read each arm at its chosen value: they need `tune`.")
+  if any(set(c) != {"x", "y"} for c in sweep.correlations):
+    raise ConfigError(f"correlations holds {{'x': metric, 'y': metric}} entries, not "
+                      f"{list(sweep.correlations)}.")
   if sweep.confirm_seeds and not sweep.tune:
     raise ConfigError("confirm_seeds are run at each arm's chosen value: they need `tune`.")
   if sweep.fresh_report and len(sweep.confirm_seeds) < 2:

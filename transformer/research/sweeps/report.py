@@ -15,8 +15,9 @@ from transformer.research.sweeps import tuning
 from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, expand,
                                               format_value, point_config, short_name)
 from transformer.research.sweeps.plots import curve_plots, fit_plot, trend_plot, tuning_plot
-from transformer.research.sweeps.stats import (cell, fit_left_out, fit_slopes, load_results,
-                                               mean_std, metric_value, ordered_groups)
+from transformer.research.sweeps.stats import (cell, correlation, fit_left_out, fit_slopes,
+                                               load_results, mean_std, metric_value,
+                                               ordered_groups)
 
 
 def aggregate(sweep: Sweep, workdir: str,
@@ -75,6 +76,8 @@ def aggregate(sweep: Sweep, workdir: str,
     if sweep.trend:
       trends = tuning.trend(sweep, bests)
       lines += _trend_lines(sweep, trends)
+    if sweep.correlations:
+      lines += _correlation_lines(sweep, fit_results, bests)
     if sweep.sensitivity_cap is not None:
       lines += _sensitivity_lines(sweep, tuning.sensitivity(sweep, results, sweep.sensitivity_cap),
                                   paired)
@@ -248,15 +251,52 @@ def _also_lines(sweep: Sweep, bests: list[tuning.ArmBest], how: str) -> list[str
   return lines + _paired_lines(sweep, tuning.paired_differences(sweep, bests), how)
 
 
+def _correlation_lines(sweep: Sweep, at_chosen: list[dict[str, Any]],
+                       bests: list[tuning.ArmBest]) -> list[str]:
+  """sweep.correlations over seeds: each arm at its chosen value, then its runs pooled."""
+  names = {b.arm: b.name for b in bests}
+  fields = [f for axis in sweep.axes for f in axis]
+  lines = []
+  for c in sweep.correlations:
+    lines += ["", f"Pearson r of {c['y']} against {c['x']} over seeds, each arm at its chosen "
+              f"{short_name(sweep.tuned_field)} (every seed run there), with a 95% Fisher "
+              "interval:", "", "| arm | r | 95% interval | runs |", "|---|---|---|---|"]
+    by_arm: dict[str, list[tuple[float, float]]] = {}
+    for r in at_chosen:
+      if r["status"] == "ok":
+        arm = arm_label(tuple((f, r["overrides"].get(f)) for f in fields))
+        by_arm.setdefault(names.get(arm, arm), []).append(
+            (metric_value(r["metrics"], c["x"]), metric_value(r["metrics"], c["y"])))
+    by_arm["all arms pooled"] = [xy for pairs in by_arm.values() for xy in pairs]
+    for arm, pairs in by_arm.items():
+      r, low, high, n = correlation(*zip(*pairs)) if pairs else (math.nan,) * 3 + (0,)
+      lines.append(f"| {arm} | {r:+.3f} | {_interval(low, high)} | {n} |")
+  return lines
+
+
 def _paired_lines(sweep: Sweep, paired: list[tuning.Paired], how: str) -> list[str]:
   """The table of paired differences (none: no lines)."""
   if not paired:
     return []
+  with_test = any(math.isfinite(p.test_se) for p in paired)
   lines = ["", f"Paired differences of {sweep.report}, arm minus baseline, {how}, by seed: "
-           "mean and 95% t-interval. 'not settled': the interval holds 0.", "",
-           "| arm | baseline | difference | 95% interval | seeds | verdict |",
-           "|---|---|---|---|---|---|"]
-  for p in paired:
-    lines.append(f"| {p.arm} | {p.baseline} | {p.mean:+.4f} | {_interval(p.low, p.high)} | "
-                 f"{p.seeds} | {p.verdict} |")
+           "mean and 95% t-interval. 'not settled': the interval holds 0."]
+  if with_test:
+    lines[-1] += (" Where the runs stored each test example's NLL, the verdict's interval also "
+                  "holds the test set's sampling error (the s.e. of a paired bootstrap over test "
+                  "examples, to first order, added in quadrature to the seeds').")
+  lines[-1] += (f" Holm: still significant when the table's {len(paired)} comparisons are "
+                "one family at 5% (Holm 1979).")
+  head = ["arm", "baseline", "difference", "95% interval"]
+  head += ["test-set s.e.", "95% interval with test set"] if with_test else []
+  head += ["seeds", "p", "Holm", "verdict"]
+  lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for p, kept in zip(paired, tuning.holm(paired)):
+    cells = [p.arm, p.baseline, f"{p.mean:+.4f}", _interval(p.low, p.high)]
+    if with_test:
+      cells += [f"{p.test_se:.4f}" if math.isfinite(p.test_se) else "-", _interval(*p.interval)
+                if math.isfinite(p.test_se) else "-"]
+    cells += [str(p.seeds), f"{p.p_value:.2g}" if math.isfinite(p.p_value) else "-",
+              "kept" if kept else "-", p.verdict]
+    lines.append("| " + " | ".join(cells) + " |")
   return lines

@@ -4,8 +4,10 @@ stopped; an unfinished point resumes from its own checkpoints).
 
 Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split;
 'decode/bleu' and 'test/bleu' when a seq2seq run scores BLEU),
-'init/*' and 'final/*' (the first and last diagnostics records), 'spikes/*'
-(stats.spike_stats), 'length_{f}x/loss', 'status' ('ok' or 'diverged').
+'init/*' and 'final/*' (the first and last diagnostics records; 'step_{S}/*' at sweep.at_steps), 'spikes/*'
+(stats.spike_stats), 'length_{f}x/loss', 'status' ('ok' or 'diverged'); beside the metrics,
+'test_rows': [NLL sum, tokens] of every test example (`test_rows`), what the report's
+intervals read the test set's own sampling error from.
 A point being run holds a lock (`filelock`, released by the OS if its process dies), so
 several processes on one machine or on machines sharing the directory through a file system
 with working locks can work through one grid together; on a cluster, `launch_lines` gives
@@ -83,6 +85,29 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
   return out
 
 
+def test_rows(run_dir: str) -> list[list[float]]:
+  """[[NLL sum, tokens], ...] of each example of a finished run's test split, in the split's
+  order (the rows topping up the last batch left out): the units a paired bootstrap over test
+  documents resamples. Their sums are the run's test NLL."""
+  loaded = loading.load(run_dir)
+  batches = pipeline.get_datasets(loaded.experiment, workdir=run_dir).test_batches()
+  if batches is None:
+    return []
+
+  @jax.jit
+  def per_row(params, batch):  # each row scored alone: [B] sums
+    one = lambda row: steps.loss_sums(  # noqa: E731
+        loaded.model, params, jax.tree_util.tree_map(lambda x: x[None], row))
+    out = jax.vmap(one)(batch)
+    return out.nll_sum, out.weight_sum
+
+  rows = []
+  for batch in batches:
+    nll, tokens = jax.device_get(per_row(loaded.params, dict(batch)))
+    rows += [[round(float(n), 4), float(t)] for n, t in zip(nll, tokens) if t > 0]
+  return rows
+
+
 def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   """Trains `point` (resuming its own checkpoints) and writes its result.json; a run stopped
   by SIGTERM / SIGINT writes none (status 'stopped': it resumes from its checkpoint)."""
@@ -122,11 +147,16 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
       metrics[f"init/{name}"] = values[0][1]
     if result["status"] == "ok":
       metrics[f"final/{name}"] = values[-1][1]
+    for step, value in values:
+      if step in sweep.at_steps:
+        metrics[f"step_{step:g}/{name}"] = value
   if result["status"] == "ok":
     metrics.update(spike_stats(series, config.warmup_steps))
   if result["status"] == "ok" and sweep.length_factors:
     metrics.update(length_losses(run_dir, list(sweep.length_factors)))
   result["metrics"] = metrics
+  if result["status"] == "ok" and config.test_fraction > 0:
+    result["test_rows"] = test_rows(run_dir)
   # The curves the report draws, and the losses: result.json stays small enough to commit.
   result["curves"] = {k: v for k, v in series.items()
                       if any(fnmatch.fnmatchcase(k, curve_pattern(c)) for c in sweep.curves)

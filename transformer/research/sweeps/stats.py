@@ -1,5 +1,5 @@
 """A sweep's stored results and their statistics: metric lookup, mean and spread over seeds,
-log-log slopes per seed, and the table cells that show them."""
+log-log slopes per seed, correlations over seeds, and the table cells that show them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from transformer import storage
 from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
@@ -116,6 +117,23 @@ def fit_points(sweep: Sweep, results: list[dict[str, Any]], x_field: str,
 def fit_left_out(results: list[dict[str, Any]], x_field: str, y_spec: str) -> int:
   """How many finished points that set x fit_points leaves out (y missing, inf or <= 0)."""
   return sum(1 for _, _, usable in _fit_candidates(results, x_field, y_spec) if not usable)
+
+
+def correlation(xs: Sequence[float], ys: Sequence[float],
+                confidence: float = 0.95) -> tuple[float, float, float, int]:
+  """(Pearson r, low, high, n) over the pairs where both are finite; the interval is Fisher's
+  (tanh of atanh(r) +- z / sqrt(n - 3)), NaN with 3 pairs or fewer."""
+  pairs = np.asarray([(x, y) for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)],
+                     np.float64).reshape(-1, 2)
+  n = len(pairs)
+  if n < 3 or np.ptp(pairs[:, 0]) == 0 or np.ptp(pairs[:, 1]) == 0:
+    return math.nan, math.nan, math.nan, n
+  r = float(np.corrcoef(pairs.T)[0, 1])
+  if n <= 3:
+    return r, math.nan, math.nan, n
+  z = float(scipy_stats.norm.ppf(0.5 + confidence / 2)) / math.sqrt(n - 3)
+  center = math.atanh(min(max(r, -1 + 1e-12), 1 - 1e-12))
+  return r, math.tanh(center - z), math.tanh(center + z), n
 
 
 def cell(mean: float, std: float, n: int) -> str:

@@ -11,7 +11,10 @@ committed results agree on it, and an unfinished search continues where it stopp
 The best value has the lowest mean of sweep.select over seeds; a value where a seed diverged
 is never chosen. Differences between arms are per seed (same seed: same initialisation draws,
 data order and splits), summarised by their mean and a 95% t-interval; a difference whose
-interval holds 0 is "not settled", whatever its sign.
+interval holds 0 is "not settled", whatever its sign. Where the points stored the NLL of each
+test example ('test_rows'), the interval also holds the test set's own sampling error (every
+seed is scored on the same test set: `test_set_se`), and each sweep's comparisons are one family
+for a Holm correction (`holm`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class ArmBest:
   report: tuple[float, float, int]  # the same of sweep.report
   report_by_seed: dict[int, float]
   curve: tuple[tuple[float, float, float, int, int], ...]  # (value, mean, std, ok, diverged)
+  # {seed: [[NLL sum, tokens], ...] per test example} of the reported runs that stored them.
+  rows_by_seed: dict[int, list] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,19 +55,89 @@ class Paired:
   arm: str
   baseline: str
   mean: float
-  low: float  # 95% t-interval; NaN with fewer than 2 seeds
+  low: float  # 95% t-interval over seeds; NaN with fewer than 2 seeds
   high: float
   seeds: int
+  test_se: float = math.nan  # the test set's sampling error of the mean (NaN: rows not stored)
+
+  @property
+  def seed_se(self) -> float:
+    """The standard error over seeds (from the t-interval's half-width)."""
+    return (self.high - self.low) / 2 / _t_quantile(self.seeds)
+
+  @property
+  def interval(self) -> tuple[float, float]:
+    """The 95% interval the verdict reads: over seeds and, where stored, the test set."""
+    if not math.isfinite(self.test_se):
+      return self.low, self.high
+    half = _t_quantile(self.seeds) * math.hypot(self.seed_se, self.test_se)
+    return self.mean - half, self.mean + half
+
+  @property
+  def p_value(self) -> float:
+    """Two-sided p of 'no difference' on the interval's t statistic (seeds - 1 d.o.f.)."""
+    low, high = self.interval
+    se = (high - low) / 2 / _t_quantile(self.seeds)
+    if not se > 0:
+      return math.nan
+    return float(2 * scipy_stats.t.sf(abs(self.mean) / se, self.seeds - 1))
 
   @property
   def verdict(self) -> str:
-    if not (math.isfinite(self.low) and math.isfinite(self.high)):
+    low, high = self.interval
+    if not (math.isfinite(low) and math.isfinite(high)):
       return "not settled (too few seeds)"
-    if self.low > 0:
+    if low > 0:
       return "higher"
-    if self.high < 0:
+    if high < 0:
       return "lower"
     return "not settled"
+
+
+def _t_quantile(seeds: int, confidence: float = 0.95) -> float:
+  return float(scipy_stats.t.ppf(0.5 + confidence / 2, seeds - 1)) if seeds > 1 else math.nan
+
+
+def test_set_se(arm_rows: Sequence[Sequence[Sequence[float]]],
+                baseline_rows: Sequence[Sequence[Sequence[float]]]) -> float:
+  """The test set's sampling error of a paired difference of test NLL averaged over seeds.
+
+  arm_rows, baseline_rows: per seed, [NLL sum, tokens] of each test example, one test set (the
+  same examples in the same order) for every run. The difference is a ratio of sums over the
+  examples, D = sum_r u_r / sum_r n_r with u_r the seed-mean difference of example r's NLL
+  sums; its variance under resampling the examples (a paired bootstrap over test documents) is,
+  to first order, R / (R - 1) * sum_r (u_r - D n_r)^2 / (sum_r n_r)^2. NaN when the runs were
+  not scored on one test set.
+  """
+  runs = [np.asarray(r, np.float64) for r in (*arm_rows, *baseline_rows)]
+  if not arm_rows or len(arm_rows) != len(baseline_rows) or not runs[0].size or any(
+      r.shape != runs[0].shape or not np.array_equal(r[:, 1], runs[0][:, 1]) for r in runs):
+    return math.nan
+  half = len(arm_rows)
+  u = np.mean([a[:, 0] - b[:, 0] for a, b in zip(runs[:half], runs[half:])], axis=0)
+  n = runs[0][:, 1]
+  rows, total = len(n), n.sum()
+  if rows < 2:
+    return math.nan
+  d = u.sum() / total
+  return float(math.sqrt(rows / (rows - 1) * np.sum((u - d * n) ** 2)) / total)
+
+
+def holm(paired: Sequence["Paired"], alpha: float = 0.05) -> list[bool]:
+  """Which comparisons stay significant at family-wise level `alpha` (Holm 1979): the p-values
+  in ascending order, the k-th (from 0) tested at alpha / (m - k) until the first that fails."""
+  p = [x.p_value if math.isfinite(x.p_value) else 1.0 for x in paired]
+  keep = [False] * len(p)
+  for k, i in enumerate(sorted(range(len(p)), key=p.__getitem__)):
+    if p[i] > alpha / (len(p) - k):
+      break
+    keep[i] = True
+  return keep
+
+
+# The reported metrics a test example's NLL sums add up to (with no label smoothing or z-loss,
+# as in every language-model sweep here, the loss is the NLL).
+ROWS_READ = ("test/loss", "test/nll")
 
 
 def _round(value: float) -> float:
@@ -160,12 +235,15 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
     # fresh_report: only seeds that took no part in the choice, so it cannot favour them.
     reported = confirmed if sweep.fresh_report else chosen + confirmed
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in reported}
+    rows = {r["seed"]: r["test_rows"] for r in reported if r.get("test_rows")
+            and sweep.report in ROWS_READ}
     out.append(ArmBest(
         arm=label, overrides=arm, name=sweep.arm_name(arm), searched=tuple(values), best=best,
         on_edge=best is not None and len(values) > 1 and best in (values[0], values[-1]),
         complete=complete,
         select=mean_std([metric_value(r["metrics"], sweep.select) for r in chosen]),
-        report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve)))
+        report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve),
+        rows_by_seed=rows))
   return out
 
 
@@ -249,17 +327,24 @@ def _compared(sweep: Sweep, bests: list[ArmBest]) -> list[tuple[ArmBest, ArmBest
 
 def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
   """Every comparison of `_compared`, paired by seed."""
-  return [paired(b.name, base.name, b.report_by_seed, base.report_by_seed)
+  return [paired(b.name, base.name, b.report_by_seed, base.report_by_seed, b.rows_by_seed,
+                 base.rows_by_seed)
           for b, base in _compared(sweep, bests)]
 
 
 def paired(arm: str, baseline: str, arm_by_seed: dict[int, float],
-           baseline_by_seed: dict[int, float]) -> Paired:
-  """arm - baseline over their common seeds with a finite difference: mean and 95% interval."""
-  seeds = sorted(set(arm_by_seed) & set(baseline_by_seed))
+           baseline_by_seed: dict[int, float], arm_rows: Optional[dict[int, list]] = None,
+           baseline_rows: Optional[dict[int, list]] = None) -> Paired:
+  """arm - baseline over their common seeds with a finite difference: mean and 95% interval,
+  and the test set's sampling error where every one of those seeds stored its test rows."""
+  seeds = [s for s in sorted(set(arm_by_seed) & set(baseline_by_seed))
+           if math.isfinite(arm_by_seed[s] - baseline_by_seed[s])]
   diffs = [arm_by_seed[s] - baseline_by_seed[s] for s in seeds]
-  diffs = [d for d in diffs if math.isfinite(d)]
-  return Paired(arm, baseline, *t_interval(diffs), len(diffs))
+  arm_rows, baseline_rows = arm_rows or {}, baseline_rows or {}
+  with_rows = all(s in arm_rows and s in baseline_rows for s in seeds)
+  se = (test_set_se([arm_rows[s] for s in seeds], [baseline_rows[s] for s in seeds])
+        if with_rows else math.nan)
+  return Paired(arm, baseline, *t_interval(diffs), len(diffs), se)
 
 
 def sensitivity(sweep: Sweep, results: list[dict[str, Any]],
