@@ -23,18 +23,52 @@ from transformer.research.sweeps.stats import (cell, correlation, fit_left_out, 
 def aggregate(sweep: Sweep, workdir: str,
               command: Optional[str] = None) -> dict[str, Any]:
   """Writes results.md, results.csv and plots/*.png from the stored result.json files."""
+  results, points = _grid_results(sweep, workdir)
+  groups = ordered_groups(points, results)
+  fields = [f for axis in sweep.axes for f in axis] + list(sweep.tune)
+  rows = _rows(groups, fields, list(sweep.metrics))
+  lines = [f"# {sweep.name}", "", sweep.question, ""]
+  if command:
+    lines += [f"Made by `{command}` ({len(results)} of {len(points)} points finished; mean ± "
+              "standard deviation over seeds; a diverged seed is left out of the mean).", ""]
+  lines += _grid_table(rows, fields, list(sweep.metrics))
+  bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
+  # A fit across arms reads each arm at its own chosen value, as the tables do.
+  fit_results = tuning.at_chosen_values(sweep, results, bests) if sweep.tune else results
+  fits = {f"{fit['y']} vs {fit['x']}": fit_slopes(sweep, fit_results, fit["x"], fit["y"])
+          for fit in sweep.fits}
+  lines += _fit_lines(sweep, fit_results, fits)
+  paired, trends, more = _comparisons(sweep, results, bests, fit_results)
+  lines += more
+  plots = _plots(sweep, workdir, _curve_groups(sweep, groups, bests), bests, trends, fit_results)
+  if plots:
+    lines += [""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
+  storage.write_atomically(storage.join(workdir, "results.md"), "\n".join(lines) + "\n")
+  storage.write_atomically(storage.join(workdir, "results.csv"),
+                           _csv(rows, fields, list(sweep.metrics)))
+  return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
+          "expected": len(points), "bests": bests, "paired": paired, "trends": trends}
+
+
+def _grid_results(sweep: Sweep, workdir: str) -> tuple[list[dict[str, Any]], list[Any]]:
+  """The stored results of the grid's points (a point the grid no longer holds is left out)
+  and the grid's points as the results make them; one line if there are none."""
   results = load_results(workdir)
   if not results:
     raise ConfigError(f"No finished points under {storage.join(workdir, POINTS_DIR)}.")
   points = tuning.points(sweep, results)
   grid = {p.name for p in points}
-  results = [r for r in results if r["name"] in grid]  # a point the grid no longer holds: not
-  if not results:                                         # reported
+  results = [r for r in results if r["name"] in grid]
+  if not results:
     raise ConfigError(f"None of the finished points under {storage.join(workdir, POINTS_DIR)} "
                       f"is a point of sweep {sweep.name} as its file now stands.")
-  groups = ordered_groups(points, results)
-  fields = [f for axis in sweep.axes for f in axis] + list(sweep.tune)
-  metrics = list(sweep.metrics)
+  return results, points
+
+
+def _rows(groups: dict[str, list[dict]], fields: list[str],
+          metrics: list[str]) -> list[dict[str, Any]]:
+  """One row per group of points (a setting, all its seeds): its settings, seed counts and
+  each metric's mean, std and count over the seeds that finished."""
   rows = []
   for group, members in groups.items():
     ok = [r for r in members if r["status"] == "ok"]
@@ -43,33 +77,38 @@ def aggregate(sweep: Sweep, workdir: str,
     for spec in metrics:
       row[spec] = mean_std([metric_value(r["metrics"], spec) for r in ok])
     rows.append(row)
+  return rows
 
-  expected = len(points)
-  lines = [f"# {sweep.name}", "", sweep.question, ""]
-  if command:
-    lines += [f"Made by `{command}` ({len(results)} of {expected} points finished; mean ± "
-              "standard deviation over seeds; a diverged seed is left out of the mean).", ""]
+
+def _grid_table(rows: list[dict[str, Any]], fields: list[str], metrics: list[str]) -> list[str]:
   header = [short_name(f) for f in fields] + ["seeds", "diverged"] + metrics
-  lines.append("| " + " | ".join(header) + " |")
-  lines.append("|" + "---|" * len(header))
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for row in rows:
-    cells = [format_value(row[short_name(f)]) for f in fields] + [str(row["seeds"]), str(row["diverged"])]
-    cells += [cell(*row[spec]) for spec in metrics]
+    cells = [format_value(row[short_name(f)]) for f in fields]
+    cells += [str(row["seeds"]), str(row["diverged"])] + [cell(*row[spec]) for spec in metrics]
     lines.append("| " + " | ".join(cells) + " |")
-  bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
-  # A fit across arms reads each arm at its own chosen value, as the tables do.
-  fit_results = tuning.at_chosen_values(sweep, results, bests) if sweep.tune else results
-  fits = {}
+  return lines
+
+
+def _fit_lines(sweep: Sweep, fit_results: list[dict[str, Any]],
+               fits: dict[str, dict[str, tuple[float, float, int]]]) -> list[str]:
+  lines = []
   for fit in sweep.fits:
-    slopes = fit_slopes(sweep, fit_results, fit["x"], fit["y"])
-    fits[f"{fit['y']} vs {fit['x']}"] = slopes
+    slopes = fits[f"{fit['y']} vs {fit['x']}"]
     where = f", each arm at its chosen {short_name(sweep.tuned_field)}" if sweep.tune else ""
     left_out = fit_left_out(fit_results, fit["x"], fit["y"])  # said, never dropped silently
     note = f" ({left_out} finished points left out: y missing or <= 0)" if left_out else ""
     lines += ["", f"Slope of log({fit['y']}) against log({short_name(fit['x'])}), per seed{where}"
               f"{note}:", "", "| other settings | slope | seeds |", "|---|---|---|"]
     lines += [f"| {k} | {cell(*v)} | {v[2]} |" for k, v in slopes.items()]
-  paired, curve_groups, trends = [], groups, []
+  return lines
+
+
+def _comparisons(sweep: Sweep, results: list[dict[str, Any]], bests: list[tuning.ArmBest],
+                 fit_results: list[dict[str, Any]]):
+  """(paired differences, trends, their report lines): a tuned sweep's arms each at its
+  chosen value, or a fixed sweep's arms against its baseline or within its contrast."""
+  paired, trends, lines = [], [], []
   if sweep.tune:
     paired = tuning.paired_differences(sweep, bests)
     lines += _tuning_lines(sweep, bests, paired)
@@ -85,13 +124,6 @@ def aggregate(sweep: Sweep, workdir: str,
       other = dataclasses.replace(sweep, report=metric)
       lines += _also_lines(other, tuning.best_per_arm(other, results),
                            "each at its own best value")
-    # Curves of each arm at its chosen value only: the whole grid would be unreadable.
-    # Legends name an arm by its short name where the sweep gives one.
-    field = short_name(sweep.tuned_field)
-    chosen = {f"{b.arm},{field}={format_value(b.best)}".removeprefix("base,"):
-              f"{b.name}, {field}={format_value(b.best)}" if sweep.arm_names else None
-              for b in bests if b.best is not None}
-    curve_groups = {chosen[g] or g: m for g, m in groups.items() if g in chosen}
   elif sweep.baseline or sweep.contrast or sweep.pairs:  # fixed settings, paired by seed
     paired = tuning.paired_differences(sweep, tuning.fixed_arms(sweep, results))
     if sweep.arm_names:
@@ -102,6 +134,25 @@ def aggregate(sweep: Sweep, workdir: str,
       other = dataclasses.replace(sweep, report=metric)
       lines += _also_lines(other, tuning.fixed_arms(other, results),
                            "each arm at its fixed settings")
+  return paired, trends, lines
+
+
+def _curve_groups(sweep: Sweep, groups: dict[str, list[dict]],
+                  bests: list[tuning.ArmBest]) -> dict[str, list[dict]]:
+  """The groups whose curves are drawn: a tuned sweep's arms at their chosen values only (the
+  whole grid would be unreadable), named by the sweep's short names where it gives them."""
+  if not sweep.tune:
+    return groups
+  field = short_name(sweep.tuned_field)
+  chosen = {f"{b.arm},{field}={format_value(b.best)}".removeprefix("base,"):
+            f"{b.name}, {field}={format_value(b.best)}" if sweep.arm_names else None
+            for b in bests if b.best is not None}
+  return {chosen[g] or g: m for g, m in groups.items() if g in chosen}
+
+
+def _plots(sweep: Sweep, workdir: str, curve_groups: dict[str, list[dict]],
+           bests: list[tuning.ArmBest], trends: list[tuning.Trend],
+           fit_results: list[dict[str, Any]]) -> list[str]:
   plots = curve_plots(sweep, curve_groups, workdir)
   if bests:
     plots.append(tuning_plot(sweep, bests, storage.join(workdir, "plots")))
@@ -110,10 +161,10 @@ def aggregate(sweep: Sweep, workdir: str,
                             storage.join(workdir, "plots")))
   plots += [fit_plot(sweep, fit_results, fit["x"], fit["y"], storage.join(workdir, "plots"))
             for fit in sweep.fits]
-  if plots:
-    lines += [""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
-  storage.write_atomically(storage.join(workdir, "results.md"), "\n".join(lines) + "\n")
+  return plots
 
+
+def _csv(rows: list[dict[str, Any]], fields: list[str], metrics: list[str]) -> str:
   table = io.StringIO(newline="")
   writer = csv.writer(table)
   writer.writerow([short_name(x) for x in fields] + ["seeds", "diverged"] +
@@ -121,9 +172,7 @@ def aggregate(sweep: Sweep, workdir: str,
   for row in rows:
     writer.writerow([row[short_name(x)] for x in fields] + [row["seeds"], row["diverged"]] +
                     [f"{v:.6g}" for m in metrics for v in row[m]])
-  storage.write_atomically(storage.join(workdir, "results.csv"), table.getvalue())
-  return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
-          "expected": expected, "bests": bests, "paired": paired, "trends": trends}
+  return table.getvalue()
 
 
 def _seed_list(seeds) -> str:
