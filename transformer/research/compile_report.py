@@ -89,53 +89,79 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, 
           "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
 
 
+class _GpuHost:
+  """One host of N GPUs of a kind ('h100:8'), through jax's CUDA plugin."""
+
+  extra = "cuda12"
+
+  def __init__(self, kind: str, shape: str):
+    self.kind, self.count = kind, int(shape or 1)
+
+  def topology(self, topologies: Any) -> Any:
+    return topologies.get_topology_desc(
+        platform="cuda", topology_name=self.kind, target_config=_gpu_target_config(self.kind),
+        topology=f"1x1x{self.count}")
+
+  def chips(self) -> int:
+    return self.count
+
+
+class _TpuSlice:
+  """A TPU topology ('v5e:4x4'), through libtpu."""
+
+  extra = "tpu"
+
+  def __init__(self, kind: str, shape: str):
+    self.kind, self.shape = kind, shape
+
+  def topology(self, topologies: Any) -> Any:
+    # Compiling touches no chip, so the lock libtpu takes against a second process (another
+    # compile, a parallel test worker) is not needed.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    if not _tpu_attached():  # libtpu would look for TPU workers and log an error that
+      os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # reads as a failure
+    # v4 and v5p chips hold two TensorCores; "megacore" makes each chip one device, as a real
+    # v4/v5p slice presents them (libtpu's v4 default is one device per core, which would set
+    # per-chip HBM and peak against half a chip).
+    megacore = {"chip_config_name": "megacore"} if self.kind in ("v4", "v5p") else {}
+    return topologies.get_topology_desc(topology_name=f"{self.kind}:{self.shape}",
+                                        platform="tpu", **megacore)
+
+  def chips(self) -> int:
+    return math.prod(int(n) for n in self.shape.split("x"))
+
+
+def _target(target: str) -> "_GpuHost | _TpuSlice":
+  kind, _, shape = target.partition(":")
+  kind = kind.lower()
+  if kind in _GPU_DEVICES:
+    return _GpuHost(kind, shape)
+  if kind in CHIPS and kind not in GPUS and shape:
+    return _TpuSlice(kind, shape)
+  raise ConfigError(f"Unknown target {target!r}; use a TPU topology of one of "
+                    f"{sorted(set(CHIPS) - set(GPUS))}, e.g. 'v5e:4x4' or 'v4:2x2x1', or a "
+                    f"GPU host of {sorted(_GPU_DEVICES)}, e.g. 'h100:8'.")
+
+
 def target_devices(target: str) -> tuple[list[Any], Chip]:
   """The devices and chip of `target`: a TPU topology 'v5e:4x4' (needs libtpu), or a GPU
   host 'h100:N' / 'h200:N' (N GPUs, through jax's CUDA plugin; N = 1 when left out)."""
-  kind, _, shape = target.partition(":")
-  kind = kind.lower()
-  chip = CHIPS.get(kind)
-  gpu = kind in _GPU_DEVICES
-  if chip is None or not (gpu or kind not in GPUS and shape):
-    raise ConfigError(f"Unknown target {target!r}; use a TPU topology of one of "
-                      f"{sorted(set(CHIPS) - set(GPUS))}, e.g. 'v5e:4x4' or 'v4:2x2x1', or a "
-                      f"GPU host of {sorted(_GPU_DEVICES)}, e.g. 'h100:8'.")
+  where = _target(target)
   from jax.experimental import topologies
   try:
-    if gpu:  # one host of N GPUs
-      desc = topologies.get_topology_desc(
-          platform="cuda", topology_name=kind, target_config=_gpu_target_config(kind),
-          topology=f"1x1x{int(shape or 1)}")
-    else:
-      # Compiling touches no chip, so the lock libtpu takes against a second process
-      # (another compile, a parallel test worker) is not needed.
-      os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-      if not _tpu_attached():  # libtpu would look for TPU workers and log an error that
-        os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # reads as a failure
-      # v4 and v5p chips hold two TensorCores; "megacore" makes each chip one device, as
-      # a real v4/v5p slice presents them (libtpu's v4 default is one device per core, which
-      # would set per-chip HBM and peak against half a chip).
-      desc = topologies.get_topology_desc(topology_name=f"{kind}:{shape}", platform="tpu",
-                                          **_chip_config(kind))
+    devices = list(where.topology(topologies).devices)
   except Exception as e:  # noqa: BLE001  (a missing plugin or an unknown shape)
-    extra = "cuda12" if gpu else "tpu"
     raise ConfigError(f"Cannot make the devices of {target!r} here ({_first_line(e)}); "
-                      f"install the plugin with pip install -e '.[{extra}]'.") from None
-  devices = list(desc.devices)
-  chips = len(devices) if gpu else math.prod(int(n) for n in shape.split("x"))
-  if len(devices) != chips:  # the CHIPS figures are per chip: one device must be one chip
-    raise ConfigError(f"{target!r} gave {len(devices)} devices for {chips} chips; the report "
-                      "needs one device per chip.")
-  return devices, chip
+                      f"install the plugin with pip install -e '.[{where.extra}]'.") from None
+  if len(devices) != where.chips():  # the CHIPS figures are per chip: one device, one chip
+    raise ConfigError(f"{target!r} gave {len(devices)} devices for {where.chips()} chips; the "
+                      "report needs one device per chip.")
+  return devices, CHIPS[where.kind]
 
 
 def _tpu_attached() -> bool:
   """Whether this machine has TPU chips (a TPU VM's /dev/accel* or /dev/vfio devices)."""
   return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")
-
-
-def _chip_config(kind: str) -> dict[str, str]:
-  return {"chip_config_name": "megacore"} if kind in ("v4", "v5p") else {}
 
 
 def _first_line(e: BaseException) -> str:

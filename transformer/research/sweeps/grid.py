@@ -158,6 +158,15 @@ def format_value(value: Any) -> str:
 
 def check_sweep(sweep: Sweep) -> None:
   """Raises ConfigError with one line for a malformed sweep."""
+  _check_shape(sweep)
+  _check_tuning(sweep)
+  _check_reporting(sweep)
+  _check_arms(sweep)
+  _check_values(sweep)
+
+
+def _check_shape(sweep: Sweep) -> None:
+  """A Sweep, with seeds, a base config file and axes whose fields move together."""
   if not isinstance(sweep, Sweep):
     raise ConfigError(f"get_sweep() must return a transformer.research.sweeps.Sweep, not {type(sweep)}.")
   if not sweep.seeds:
@@ -173,6 +182,10 @@ def check_sweep(sweep: Sweep) -> None:
     if len(lengths) != 1:
       raise ConfigError(f"The fields of one axis move together and need equally many values: "
                        f"{dict(axis)}.")
+
+
+def _check_tuning(sweep: Sweep) -> None:
+  """tune, contrast and trend."""
   if sweep.tune:
     if len(sweep.tune) != 1:
       raise ConfigError(f"tune holds one field (the learning rate), not {list(sweep.tune)}.")
@@ -194,6 +207,10 @@ def check_sweep(sweep: Sweep) -> None:
         isinstance(v, (int, float)) and v > 0 for v in axis[sweep.trend]):
       raise ConfigError(f"trend={sweep.trend!r} needs at least two positive numbers on its "
                         f"axis, not {axis[sweep.trend]!r}.")
+
+
+def _check_reporting(sweep: Sweep) -> None:
+  """baseline, at_steps, correlations, confirm_seeds, fresh_report, sensitivity."""
   if sweep.baseline is not None and sweep.baseline not in {arm_label(a) for a in arms(sweep)}:
     raise ConfigError(f"baseline={sweep.baseline!r} is not an arm of the sweep; arms are "
                       f"{[arm_label(a) for a in arms(sweep)]}.")
@@ -214,6 +231,10 @@ def check_sweep(sweep: Sweep) -> None:
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")
+
+
+def _check_arms(sweep: Sweep) -> None:
+  """arm_names, pairs and arm_values name the sweep's arms."""
   if sweep.arm_names and (len(sweep.arm_names) != len(arms(sweep))
                           or len(set(sweep.arm_names)) != len(sweep.arm_names)):
     raise ConfigError(f"arm_names needs {len(arms(sweep))} distinct names (one per arm), got "
@@ -231,6 +252,10 @@ def check_sweep(sweep: Sweep) -> None:
         raise ConfigError(f"arm_values names {name!r}, which is not an arm; arms are {names}.")
       if not values or not all(isinstance(v, (int, float)) and v > 0 for v in values):
         raise ConfigError(f"arm_values[{name!r}]={values!r} needs positive numbers.")
+
+
+def _check_values(sweep: Sweep) -> None:
+  """Every value the points will set, on the base config (one line before any point runs)."""
   if "seed" in sweep.fixed or any("seed" in a for a in sweep.axes) or "seed" in sweep.tune:
     raise ConfigError("seed is set by the sweep's `seeds` (every point's repeat), so an axis, "
                       "`fixed` or `tune` entry on it would be overwritten; list the seeds as "
