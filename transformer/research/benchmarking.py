@@ -105,6 +105,24 @@ def mfu_figures(model_flops_per_sec: float, device_kind: str, num_devices: int, 
   return result
 
 
+@dataclasses.dataclass
+class _Bench:
+  """What every mode times: the assembled run, one random full-length batch and the state
+  (the train modes carry it forward), and the settings of the timings."""
+  config: ml_collections.ConfigDict
+  assembled: experiment.Assembled
+  host: dict[str, np.ndarray]
+  batch: Any
+  state: Any
+  steps: int
+  repeats: int
+  peak: float  # measured matmul FLOP/s
+
+  @property
+  def tokens_per_step(self) -> int:
+    return self.config.batch_size * self.config.max_len * len(self.host)
+
+
 def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: int = 3,
               repeats: int = 3, *, diagnostics_every: int = 100, decode_batch: int = 1,
               decode_tokens: int = 256, profile_dir: Optional[str] = None) -> dict[str, Any]:
@@ -119,104 +137,115 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   unknown = sorted(set(modes) - set(MODES))
   if unknown:
     raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}.")
+  bench, result = _setup(config, steps, repeats)
+  compiled = None
+  if "train" in modes or "diagnostics" in modes:
+    compiled = _train(bench, result, profile_dir)
+  if "diagnostics" in modes:  # the training loop's diagnostics every N steps, against none
+    result["diagnostics"] = _diagnostics(bench, compiled, diagnostics_every)
+  if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
+    result["decode"] = benchmark_decoding(bench.assembled.model_config.replace(dropout_rate=0.0),
+                                          decode_batch, decode_tokens, repeats=repeats)
+  if "data" in modes:  # the host input pipeline alone, on the config's own data
+    result["data"] = pipeline.measure_throughput(config, 10.0)
+  if "eval" in modes:
+    eval_fn = bench.assembled.steps.eval
+    seconds = statistics.median(time_call(
+        lambda: eval_fn(bench.state.params, bench.batch).loss_sum, repeats))
+    result.update(eval_tokens_per_sec=bench.tokens_per_step / seconds)
+  return result
 
+
+def _setup(config: ml_collections.ConfigDict, steps: int,
+           repeats: int) -> tuple[_Bench, dict[str, Any]]:
+  """The assembled run on the local devices, its random batch and fresh state, and the
+  figures every mode shares (device, sizes, parameters, FLOPs per token, matmul peak)."""
   assembled = experiment.assemble(config, jax.local_devices())
-  cfg, model, mesh, built = (assembled.model_config, assembled.model, assembled.mesh,
-                             assembled.steps)
-  vocab = cfg.vocab_size
-  decoder_only = not model.has_encoder
+  cfg, model = assembled.model_config, assembled.model
   B, L = config.batch_size, config.max_len
   rng = np.random.default_rng(0)
-  host = {k: rng.integers(3, vocab, (B, L)).astype(np.int32) for k in model.batch_keys}
-  batch = sharding.global_batch(host, mesh)
-  state = built.init(jax.random.PRNGKey(0))
-  tokens_per_step = B * L * len(host)
-  device_kind = jax.local_devices()[0].device_kind
+  host = {k: rng.integers(3, cfg.vocab_size, (B, L)).astype(np.int32) for k in model.batch_keys}
+  state = assembled.steps.init(jax.random.PRNGKey(0))
+  peak = matmul_peak(cfg.dtype, repeats=repeats)
+  bench = _Bench(config, assembled, host, sharding.global_batch(host, assembled.mesh), state,
+                 steps, repeats, peak)
   result = {
-      "device": f"{jax.local_device_count()} x {device_kind}",
+      "device": f"{jax.local_device_count()} x {jax.local_devices()[0].device_kind}",
       "dtype": cfg.dtype, "batch_size": B, "max_len": L, "d_model": cfg.d_model,
-      "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": vocab,
+      "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": cfg.vocab_size,
       "vocab_from": assembled.vocab_from,
       "scan_layers": cfg.scan_layers, "remat": cfg.remat,
       "params": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
-      "model_flops_per_token": train_flops_per_step(
-          cfg, 1, L, L, decoder_only=decoder_only) / (L * len(host)),
+      "model_flops_per_token": _train_flops(bench, 1) / (L * len(host)),
+      "matmul_peak_tflops": peak / 1e12,
   }
-  peak = matmul_peak(cfg.dtype, repeats=repeats)
-  result["matmul_peak_tflops"] = peak / 1e12
+  return bench, result
 
-  if "train" in modes or "diagnostics" in modes:
-    step_fn = built.train
-    key = jax.random.PRNGKey(1)
-    start = time.perf_counter()
-    compiled = step_fn.lower(state, batch, key).compile()
-    result["compile_seconds"] = time.perf_counter() - start
-    memory = compiled.memory_analysis()
-    if memory is not None:
-      result["peak_memory_gib"] = (memory.temp_size_in_bytes + memory.argument_size_in_bytes +
-                                   memory.output_size_in_bytes) / 2 ** 30
-    holder = {"state": state}
 
-    def run():
-      for _ in range(steps):
-        holder["state"], metrics = compiled(holder["state"], batch, key)
-      return metrics["loss_sum"]
+def _train_flops(bench: _Bench, batch_size: int) -> float:
+  L = bench.config.max_len
+  return train_flops_per_step(bench.assembled.model_config, batch_size, L, L,
+                              decoder_only=not bench.assembled.model.has_encoder)
 
-    seconds = statistics.median(time_call(run, repeats)) / steps
-    # Peak measured again after the steps; the larger (the conservative MFU) is used.
-    peak = max(peak, matmul_peak(cfg.dtype, repeats=repeats))
-    result["matmul_peak_tflops"] = peak / 1e12
-    flops = train_flops_per_step(cfg, B, L, L, decoder_only=decoder_only)
-    result.update(train_step_seconds=seconds, train_tokens_per_sec=tokens_per_step / seconds,
-                  train_model_tflops_per_sec=flops / seconds / 1e12,
-                  attention_kernel=attention_kernel(cfg, mesh),
-                  **mfu_figures(flops / seconds, device_kind, jax.local_device_count(),
-                                cfg.dtype, peak))
-    if profile_dir:  # after the timings, so tracing does not perturb them
-      jax.profiler.start_trace(profile_dir)
-      try:
-        jax.block_until_ready(run())
-      finally:
-        jax.profiler.stop_trace()
-      result["profile_dir"] = profile_dir
-    state = holder["state"]
 
-  if "diagnostics" in modes:  # the training loop's diagnostics every N steps, against none
-    every = diagnostics_every
-    counts = diagnostics.TokenCounts(vocab)
+def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) -> Any:
+  """Compiles and times the train step (and profiles it); returns the compiled step."""
+  cfg, key = bench.assembled.model_config, jax.random.PRNGKey(1)
+  start = time.perf_counter()
+  compiled = bench.assembled.steps.train.lower(bench.state, bench.batch, key).compile()
+  result["compile_seconds"] = time.perf_counter() - start
+  memory = compiled.memory_analysis()
+  if memory is not None:
+    result["peak_memory_gib"] = (memory.temp_size_in_bytes + memory.argument_size_in_bytes +
+                                 memory.output_size_in_bytes) / 2 ** 30
 
-    def train_steps(with_diagnostics: bool):
-      old = jax.tree_util.tree_map(jnp.copy, holder["state"].params) if with_diagnostics else None
-      for _ in range(every):
-        if with_diagnostics:  # the loop counts tokens on every step when diagnostics are on
-          counts.add(host)
-        holder["state"], metrics = compiled(holder["state"], batch, key)
-      if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
-        grads = built.grads(old, batch, jax.random.fold_in(key, 0))
-        diagnostics.training_diagnostics(model, old, holder["state"].params, grads,
-                                         [batch] * DIAGNOSTICS_BATCHES, counts.frequency())
-      return metrics["loss_sum"]
+  def run():
+    for _ in range(bench.steps):
+      bench.state, metrics = compiled(bench.state, bench.batch, key)
+    return metrics["loss_sum"]
 
-    without = statistics.median(time_call(lambda: train_steps(False), repeats))
-    with_diag = statistics.median(time_call(lambda: train_steps(True), repeats))
-    result["diagnostics"] = {"every_steps": every, "seconds_without": without,
-                             "seconds_with": with_diag,
-                             "overhead": with_diag / without - 1.0}
-    state = holder["state"]
+  seconds = statistics.median(time_call(run, bench.repeats)) / bench.steps
+  # Peak measured again after the steps; the larger (the conservative MFU) is used.
+  bench.peak = max(bench.peak, matmul_peak(cfg.dtype, repeats=bench.repeats))
+  result["matmul_peak_tflops"] = bench.peak / 1e12
+  flops = _train_flops(bench, bench.config.batch_size)
+  result.update(train_step_seconds=seconds, train_tokens_per_sec=bench.tokens_per_step / seconds,
+                train_model_tflops_per_sec=flops / seconds / 1e12,
+                attention_kernel=attention_kernel(cfg, bench.assembled.mesh),
+                **mfu_figures(flops / seconds, jax.local_devices()[0].device_kind,
+                              jax.local_device_count(), cfg.dtype, bench.peak))
+  if profile_dir:  # after the timings, so tracing does not perturb them
+    jax.profiler.start_trace(profile_dir)
+    try:
+      jax.block_until_ready(run())
+    finally:
+      jax.profiler.stop_trace()
+    result["profile_dir"] = profile_dir
+  return compiled
 
-  if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
-    result["decode"] = benchmark_decoding(cfg.replace(dropout_rate=0.0), decode_batch,
-                                          decode_tokens, repeats=repeats)
 
-  if "data" in modes:  # the host input pipeline alone, on the config's own data
-    result["data"] = pipeline.measure_throughput(config, 10.0)
+def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
+  """`every` train steps with the loop's diagnostics at their end, against the same steps
+  without: the diagnostics' overhead."""
+  model, key = bench.assembled.model, jax.random.PRNGKey(1)
+  counts = diagnostics.TokenCounts(bench.assembled.model_config.vocab_size)
 
-  if "eval" in modes:
-    eval_fn = built.eval
-    seconds = statistics.median(time_call(
-        lambda: eval_fn(state.params, batch).loss_sum, repeats))
-    result.update(eval_tokens_per_sec=tokens_per_step / seconds)
-  return result
+  def train_steps(with_diagnostics: bool):
+    old = jax.tree_util.tree_map(jnp.copy, bench.state.params) if with_diagnostics else None
+    for _ in range(every):
+      if with_diagnostics:  # the loop counts tokens on every step when diagnostics are on
+        counts.add(bench.host)
+      bench.state, metrics = compiled(bench.state, bench.batch, key)
+    if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
+      grads = bench.assembled.steps.grads(old, bench.batch, jax.random.fold_in(key, 0))
+      diagnostics.training_diagnostics(model, old, bench.state.params, grads,
+                                       [bench.batch] * DIAGNOSTICS_BATCHES, counts.frequency())
+    return metrics["loss_sum"]
+
+  without = statistics.median(time_call(lambda: train_steps(False), bench.repeats))
+  with_diag = statistics.median(time_call(lambda: train_steps(True), bench.repeats))
+  return {"every_steps": every, "seconds_without": without, "seconds_with": with_diag,
+          "overhead": with_diag / without - 1.0}
 
 
 def attention_kernel(cfg: ModelConfig, mesh: jax.sharding.Mesh) -> str:
