@@ -356,61 +356,21 @@ class MultiHeadAttention(nn.Module):
     With decode=True (self-attention, Lq = 1) keys and values go into the 'cache' collection
     and the query attends to every cached position up to its own; cross-attention projects
     the encoder output to keys and values once, when the cache is created
-    (`models.init_cache`), and reads them back at every step.
+    (`models.init_cache`), and reads them back at every step (`_phase` names the cases).
     """
     cfg = self.config
-    heads, head_dim = cfg.num_heads, cfg.qk_dim
-    dense = lambda name: nn.DenseGeneral(  # noqa: E731
-        (heads, head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
-        param_dtype=cfg.params_dtype, kernel_init=_QKV_INIT[cfg.qkv_init], name=name)
-    # A self-attention decoding step (decode=True once the cache exists) computes q, k and v
-    # in one matrix-vector product, from the stacked copy `_stack_qkv` put in the cache.
-    stepping = decode and self.self_attention and self.has_variable("cache", "qkv_kernel")
-    if stepping:
-      qkv = step_matmul(self, "qkv", x).reshape(*x.shape[:-1], 3, heads, head_dim)
-      query, key, value = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
-      key = _qk_normalize(cfg, key, "key_norm")
-    else:
-      query = dense("query")(x)
-    query = _qk_normalize(cfg, query, "query_norm")
-    cross_cached = decode and not self.self_attention and self.has_variable("cache", "cross_key")
-    if cross_cached:  # [B * H, Ls, D], as the attention einsums read them
-      key, value = self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
-    elif not stepping:
-      key = _qk_normalize(cfg, dense("key")(kv), "key_norm")
-      value = dense("value")(kv)
-      if decode and not self.self_attention:  # the encoder output's keys/values, once
-        self.put_variable("cache", "cross_key", _heads_flat(key))
-        self.put_variable("cache", "cross_value", _heads_flat(value))
-      if decode and self.self_attention:  # creating the cache
-        self._stack_qkv()
+    phase = self._phase(decode)
+    query, key, value = self._project(phase, x, kv)
     if cfg.posemb == "rope" and self.self_attention:
       query = positional.apply_rope(query, q_positions, cfg.max_timescale)
       key = positional.apply_rope(key, kv_positions, cfg.max_timescale)
-
-    kv_heads_flat = cross_cached
+    kv_heads_flat = phase == "cross_step"
     implementation = cfg.attention_impl
     if decode:  # one query row a step: a matrix-vector product no fused kernel speeds up
       mask, implementation = dense_mask(mask), "einsum"
     if decode and self.self_attention:
       key, value, mask, kv_heads_flat = self._update_cache(key, value, mask)
-
-    # For transformer.diagnostics: q and k before the scale, the mask, the per-head scale.
-    # sow is a no-op unless apply(..., mutable=['intermediates']): training is unchanged.
-    self.sow("intermediates", "q", query)
-    self.sow("intermediates", "k", key)
-    if mask is not None:
-      self.sow("intermediates", "mask", dense_mask(mask))
-    scale = attention_scale_value(cfg)
-    if cfg.attention_scale == "learned":
-      # One temperature per head, folded into q: (t_h q).k = t_h (q.k).
-      temperature = self.param("temperature", nn.initializers.constant(scale), (heads,),
-                               cfg.params_dtype)
-      self.sow("intermediates", "scale", temperature.astype(jnp.float32))
-      query = query * temperature.astype(query.dtype)[:, None]
-      scale = 1.0
-    else:
-      self.sow("intermediates", "scale", jnp.full((heads,), scale, jnp.float32))
+    query, scale = self._scaled_query(query, key, mask)
     dropout_rng = None
     if not deterministic and cfg.attention_dropout_rate > 0.0:
       dropout_rng = self.make_rng("dropout")
@@ -421,6 +381,63 @@ class MultiHeadAttention(nn.Module):
     return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias,
                            dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                            kernel_init=nn.initializers.xavier_uniform(), name="out")(out)
+
+  def _phase(self, decode: bool) -> str:
+    """'full' (training, scoring: every position at once); when decoding, 'create_cache' (the
+    pass `models.init_cache` makes: projections as in 'full', their results stored), then at
+    each step 'step' (self-attention: q, k, v of one token from the stacked kernel) or
+    'cross_step' (cross-attention: keys and values of the encoder output read back)."""
+    if not decode:
+      return "full"
+    name = "qkv_kernel" if self.self_attention else "cross_key"
+    if not self.has_variable("cache", name):
+      return "create_cache"
+    return "step" if self.self_attention else "cross_step"
+
+  def _project(self, phase: str, x: jax.Array, kv: jax.Array):
+    """(query, key, value), each [B, L, H, D] (a cross step's keys and values [B * H, Ls, D],
+    as the einsums read them), normalised where QK-norm is on."""
+    cfg = self.config
+    heads, head_dim = cfg.num_heads, cfg.qk_dim
+    if phase == "step":  # q, k and v in one matrix-vector product, from `_stack_qkv`'s copy
+      qkv = step_matmul(self, "qkv", x).reshape(*x.shape[:-1], 3, heads, head_dim)
+      query, key, value = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
+      return (_qk_normalize(cfg, query, "query_norm"), _qk_normalize(cfg, key, "key_norm"),
+              value)
+    dense = lambda name: nn.DenseGeneral(  # noqa: E731
+        (heads, head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+        param_dtype=cfg.params_dtype, kernel_init=_QKV_INIT[cfg.qkv_init], name=name)
+    query = _qk_normalize(cfg, dense("query")(x), "query_norm")
+    if phase == "cross_step":
+      return (query, self.get_variable("cache", "cross_key"),
+              self.get_variable("cache", "cross_value"))
+    key = _qk_normalize(cfg, dense("key")(kv), "key_norm")
+    value = dense("value")(kv)
+    if phase == "create_cache" and self.self_attention:
+      self._stack_qkv()
+    elif phase == "create_cache":  # the encoder output's keys and values, once
+      self.put_variable("cache", "cross_key", _heads_flat(key))
+      self.put_variable("cache", "cross_value", _heads_flat(value))
+    return query, key, value
+
+  def _scaled_query(self, query: jax.Array, key: jax.Array,
+                    mask: Optional[Mask]) -> tuple[jax.Array, float]:
+    """(query, the scale left for the kernel): a learned per-head temperature is folded into
+    the query, (t_h q).k = t_h (q.k). Records q, k, the mask and the per-head scale for
+    transformer.diagnostics (`sow` is a no-op unless apply(..., mutable=['intermediates']))."""
+    cfg = self.config
+    self.sow("intermediates", "q", query)
+    self.sow("intermediates", "k", key)
+    if mask is not None:
+      self.sow("intermediates", "mask", dense_mask(mask))
+    scale = attention_scale_value(cfg)
+    if cfg.attention_scale != "learned":
+      self.sow("intermediates", "scale", jnp.full((cfg.num_heads,), scale, jnp.float32))
+      return query, scale
+    temperature = self.param("temperature", nn.initializers.constant(scale), (cfg.num_heads,),
+                             cfg.params_dtype)
+    self.sow("intermediates", "scale", temperature.astype(jnp.float32))
+    return query * temperature.astype(query.dtype)[:, None], 1.0
 
   def _stack_qkv(self) -> None:
     """The query, key and value kernels [d, H, D] side by side, [d, 3 H D], for the steps."""
