@@ -20,6 +20,7 @@ def _xla_flops(fn, *args):
 @pytest.mark.parametrize("decoder_only", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "swiglu"])
 def test_forward_flops_match_xla(decoder_only, activation):
+  """Each model's forward_flops (the formula on its own structure) against XLA's count."""
   cfg = ModelConfig(vocab_size=1000, d_model=128, num_heads=4, d_ff=512, num_encoder_layers=2,
                     num_decoder_layers=2, max_len=64, dropout_rate=0.0, activation=activation)
   S, T = 48, 32
@@ -32,14 +33,16 @@ def test_forward_flops_match_xla(decoder_only, activation):
     model = Transformer(cfg)
     variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), source, target)
     xla = _xla_flops(lambda v, s, t: model.apply(v, s, t), variables, source, target)
-  ours = model_summary.forward_flops(cfg, S, T, decoder_only=decoder_only)
+  ours = model.forward_flops(S, T)
+  assert ours == model_summary.forward_flops(cfg, S, T, with_encoder=not decoder_only)
   # XLA also counts softmax, norms and activations (a few percent here); matmuls must dominate.
   assert 1.0 <= xla / ours < 1.1, (xla, ours)
 
 
 def test_train_is_three_forwards():
   cfg = ModelConfig(vocab_size=100, d_model=32, num_heads=2, d_ff=64)
-  assert model_summary.train_flops_per_step(cfg, 4, 10, 12) == 12 * model_summary.forward_flops(cfg, 10, 12)
+  forward = model_summary.forward_flops(cfg, 10, 12)
+  assert model_summary.train_flops(forward, 4) == 12 * forward
 
 
 @pytest.mark.parametrize("decoder_only", [False, True])
@@ -58,8 +61,9 @@ def test_param_counts_match_the_param_tree(decoder_only, tied):
   assert counts["token_embedding"] == 100 * 32  # shared by encoder, decoder (and output if tied)
   assert counts["output_projection"] == (0 if tied else 32 * 100)  # a kernel, no bias
   assert (counts["encoder"] == 0) == decoder_only and counts["decoder"] > 0
-  summary = model_summary.summarize(params, cfg, 16, decoder_only=decoder_only)
-  forward = model_summary.forward_flops(cfg, 16, 16, decoder_only=decoder_only) / 16
+  model = DecoderOnly(cfg) if decoder_only else Transformer(cfg)
+  summary = model_summary.summarize(params, model.forward_flops(16, 16), 16)
+  forward = model_summary.forward_flops(cfg, 16, 16, with_encoder=not decoder_only) / 16
   assert summary["flops_per_token"] == {"forward": forward, "train": 3 * forward, "seq_len": 16}
   text = model_summary.format_summary(summary)
   assert f"{counts['total']:,}" in text and "output_projection" in text

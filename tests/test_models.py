@@ -249,11 +249,12 @@ def test_one_interface_serves_both_models(cls):
   again = models.init_params(model, jax.random.PRNGKey(0), other)
   assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, params, again))
   assert ("encoder" in params) == ("inputs" in model.batch_keys)
-  encoded = models.encode(model, params, tokens)
-  assert (encoded is not None) == model.has_encoder
-  cache = init_cache(model, params, batch=1, length=4, encoded=encoded, inputs=tokens)
+  encoded, source, cache, prefix, prefix_len = model.start_decoding(params, tokens, 1, 4)
+  # A source is encoded and the output starts empty; a prompt is the output's prefix.
+  assert (encoded is not None) == ("inputs" in model.batch_keys)
+  assert int(prefix_len[0]) == (0 if encoded is not None else 4)
   logits, cache = models.decode_step(model, params, cache, jnp.zeros((1,), jnp.int32), encoded,
-                                     tokens)
+                                     source)
   # The first step of the cache is the first position of the full forward pass.
   full = models.apply_model(model, params, batch)
   np.testing.assert_allclose(logits, full[:, 0], rtol=1e-5, atol=1e-5)

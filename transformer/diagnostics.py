@@ -37,7 +37,7 @@ import numpy as np
 
 from transformer.attention import attention_logits
 from transformer.config import ModelConfig
-from transformer.models import apply_model, shift_right
+from transformer.models import apply_model
 from transformer.token_ids import PAD_ID
 
 Batch = Mapping[str, jax.Array]
@@ -247,17 +247,11 @@ def scale_diagnostics(model: nn.Module, params: Any, batch: Batch,
   cfg = model.config
   logits, state = apply_model(model, params, batch, mutable=["intermediates"])
   inter = state["intermediates"]
-  targets = batch["targets"]
-  target_valid = targets != PAD_ID
-  decoder_tokens = shift_right(targets, batch.get("targets_segmentation"))
+  target_valid = batch["targets"] != PAD_ID
   buckets = None if token_frequency is None else frequency_buckets(token_frequency)
   out = {}
-  if model.has_encoder:
-    inputs = batch["inputs"]
-    out.update(_stack_diagnostics("encoder", inter["encoder"], inputs, inputs != PAD_ID, buckets,
-                                  cfg))
-  out.update(_stack_diagnostics("decoder", inter["decoder"], decoder_tokens, target_valid,
-                                buckets, cfg))
+  for stack, (tokens, valid) in model.stack_inputs(batch).items():
+    out.update(_stack_diagnostics(stack, inter[stack], tokens, valid, buckets, cfg))
   log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)  # float32[B, L]
   out["output/log_z"] = _masked_mean(log_z, target_valid, (0, 1))
   max_logit = jnp.max(logits.astype(jnp.float32), axis=-1)

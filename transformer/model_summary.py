@@ -1,9 +1,10 @@
 """What a model is: its parameters per module and its analytic FLOPs per token.
 
-`summarize(params, config, seq_len, decoder_only)` counts the parameters of a param tree by
-module (token embedding, encoder stack, decoder stack, output projection; a tied projection
-is the embedding, counted once) and gives the FLOPs per token of the formula below, the one
-scripts/benchmark.py divides by step time for MFU. Training logs it at the start and writes it
+`summarize(params, forward_flops, seq_len)` counts the parameters of a param tree by module
+(token embedding, encoder stack, decoder stack, output projection; a tied projection is the
+embedding, counted once) beside the FLOPs per token of the formula below (each model's
+`forward_flops` applies it to its own structure), the one scripts/benchmark.py divides by
+step time for MFU. Training logs it at the start and writes it
 into config.json.
 
 Model FLOPs per step (the MFU convention of PaLM, Chowdhery et al. 2022: matmul FLOPs of the
@@ -31,24 +32,19 @@ from transformer.config import ModelConfig
 
 
 def forward_flops(cfg: ModelConfig, source_len: int, target_len: int, *,
-                  decoder_only: bool = False) -> float:
-  """Matmul FLOPs of one sequence's forward pass (module docstring)."""
+                  with_encoder: bool = True) -> float:
+  """Matmul FLOPs of one sequence's forward pass (module docstring); with_encoder=False: the
+  decoder alone, without cross-attention."""
   d, f, a, V = cfg.d_model, cfg.d_ff, cfg.num_heads * cfg.qk_dim, cfg.output_vocab_size
   ffn = (6 if cfg.activation in ("geglu", "swiglu") else 4) * d * f
   S, T = source_len, target_len
   decoder = T * (8 * d * a + ffn) + 4 * T * T * a
   total = cfg.num_decoder_layers * decoder + 2 * T * d * V
-  if not decoder_only:
+  if with_encoder:
     encoder = S * (8 * d * a + ffn) + 4 * S * S * a
     cross = T * 4 * d * a + S * 4 * d * a + 4 * T * S * a
     total += cfg.num_encoder_layers * encoder + cfg.num_decoder_layers * cross
   return float(total)
-
-
-def train_flops_per_step(cfg: ModelConfig, batch_size: int, source_len: int, target_len: int,
-                         *, decoder_only: bool = False) -> float:
-  """Forward + backward (3 x forward) over a batch."""
-  return 3.0 * batch_size * forward_flops(cfg, source_len, target_len, decoder_only=decoder_only)
 
 
 # Top-level param collections -> the module they belong to in the summary.
@@ -69,12 +65,18 @@ def param_counts(params: Any) -> dict[str, int]:
   return counts
 
 
-def summarize(params: Any, cfg: ModelConfig, seq_len: int, *,
-              decoder_only: bool) -> dict[str, Any]:
-  """Parameter counts and FLOPs per target token for rows of `seq_len` tokens (both sides)."""
-  forward = forward_flops(cfg, seq_len, seq_len, decoder_only=decoder_only) / seq_len
+def train_flops(forward_flops: float, batch_size: int) -> float:
+  """Forward + backward (3 x forward) over a batch of sequences of `forward_flops` each."""
+  return 3.0 * batch_size * forward_flops
+
+
+def summarize(params: Any, forward_flops: float, seq_len: int) -> dict[str, Any]:
+  """Parameter counts, and the FLOPs per target token of a forward pass over rows of `seq_len`
+  tokens (both sides) costing `forward_flops` (a model's `forward_flops(seq_len, seq_len)`)."""
+  forward = forward_flops / seq_len
   return {"params": param_counts(params),
-          "flops_per_token": {"forward": forward, "train": 3.0 * forward, "seq_len": seq_len}}
+          "flops_per_token": {"forward": forward, "train": train_flops(forward, 1),
+                              "seq_len": seq_len}}
 
 
 def format_summary(summary: dict[str, Any]) -> str:

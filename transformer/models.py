@@ -4,6 +4,14 @@ Both predict `targets` at every position: logits[:, t] is the distribution of ta
 given targets[:, :t] (the decoder input is `shift_right(targets)`, with 0 as the start token).
 Packed batches pass `*_segmentation` (segment id per token, 0 = pad) and `*_position`
 (position within the segment); attention never crosses segments.
+
+Both answer the same questions, so that training, decoding, diagnostics, checkpoints and the
+benchmark never ask which one they hold (`model_kinds` maps an experiment's model_type to the
+class): what a batch holds (`batch_keys`), its logits (`logits`), what each stack's input
+embedding reads (`stack_inputs`), its FLOPs (`forward_flops`), how its input is read
+(`input_limit`, `input_eos`), and how decoding starts and steps (`decoding_lengths`,
+`start_decoding`, `init_cache`, `decode_step`). They are plain methods: called on the unbound
+module with its params, `model.logits(params, batch)`.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer import positional
+from transformer import model_kinds, model_summary, positional
 from transformer.attention import segment_mask
 from transformer.config import ModelConfig
 from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding
@@ -92,10 +100,7 @@ class Transformer(nn.Module):
   """Encoder-decoder Transformer: apply(variables, inputs, targets) -> logits float[B, Lt, V]."""
 
   config: ModelConfig
-  # Batches of both models hold 'targets'; a model with an encoder also reads 'inputs' (its
-  # source). The functions below the classes are the one interface callers use for both.
-  has_encoder: ClassVar[bool] = True
-  batch_keys: ClassVar[tuple[str, ...]] = ("inputs", "targets")
+  batch_keys: ClassVar[tuple[str, ...]] = model_kinds.get("seq2seq").batch_keys
 
   def setup(self):
     cfg = self.config
@@ -164,13 +169,86 @@ class Transformer(nn.Module):
                        targets_position=targets_position, deterministic=deterministic,
                        return_hidden=return_hidden)
 
+  # ---- the interface every kind answers (module docstring); called unbound, with params ----
+  def logits(self, params: Any, batch: Mapping[str, jax.Array], *, deterministic: bool = True,
+             rng: Optional[jax.Array] = None, **kwargs: Any) -> Any:
+    """Logits float[B, Lt, V] of a batch dict (kwargs to `apply`: mutable, return_hidden)."""
+    return self.apply({"params": params}, batch["inputs"], batch["targets"],
+                      inputs_segmentation=batch.get("inputs_segmentation"),
+                      targets_segmentation=batch.get("targets_segmentation"),
+                      inputs_position=batch.get("inputs_position"),
+                      targets_position=batch.get("targets_position"),
+                      deterministic=deterministic, rngs=_rngs(rng), **kwargs)
+
+  def stack_inputs(self, batch: Mapping[str, jax.Array]) -> dict[str, tuple[jax.Array, jax.Array]]:
+    """{stack: (the ids its input embedding reads int[B, L], which of them are real)}."""
+    inputs, targets = batch["inputs"], batch["targets"]
+    return {"encoder": (inputs, inputs != PAD_ID),
+            "decoder": (shift_right(targets, batch.get("targets_segmentation")),
+                        targets != PAD_ID)}
+
+  def forward_flops(self, source_len: int, target_len: int) -> float:
+    """Matmul FLOPs of one sequence's forward pass (`model_summary`)."""
+    return model_summary.forward_flops(self.config, source_len, target_len, with_encoder=True)
+
+  @property
+  def input_limit(self) -> int:
+    """The most input tokens decoding takes: a source as long as the position table."""
+    return self.config.max_len
+
+  def input_eos(self, prompt_eos: bool) -> bool:
+    """Whether an input line gets EOS appended: a source always does, as in training."""
+    del prompt_eos
+    return True
+
+  def decoding_lengths(self, inputs: jax.Array, extra_len: int):
+    """(steps of the output, room int[B] for each row's output, default output limit int[B]):
+    the source's length + extra_len, capped by max_len; an empty source gives no output."""
+    length, max_len = inputs.shape[1], self.config.max_len
+    if length > max_len:
+      raise ConfigError(f"Sources of {length} tokens exceed the model's max_len={max_len} "
+                        f"(its position table); truncate them to at most {max_len} tokens.")
+    num_steps = min(length + extra_len, max_len)
+    count = _num_tokens(inputs)
+    return (num_steps, jnp.full((inputs.shape[0],), num_steps, jnp.int32),
+            jnp.where(count > 0, count + extra_len, 0))
+
+  def start_decoding(self, params: Any, inputs: jax.Array, copies: int, num_steps: int):
+    """(encoded, source, cache, prefix int[B, 1], prefix_len int[B]) for B rows, each repeated
+    `copies` times: the source is encoded once and the output starts empty."""
+    encoded = self.apply({"params": params}, inputs, method=Transformer.encode)
+    # Beams of a row share its source: repeat it once per beam, [B, ...] -> [B * copies, ...].
+    encoded, source = (jnp.repeat(x, copies, axis=0) for x in (encoded, inputs))
+    cache = self.init_cache(params, batch=inputs.shape[0] * copies, length=num_steps,
+                            encoded=encoded, inputs=source)
+    batch = inputs.shape[0]
+    return (encoded, source, cache, jnp.zeros((batch, 1), jnp.int32),
+            jnp.zeros((batch,), jnp.int32))
+
+  def init_cache(self, params: Any, *, batch: int, length: int,
+                 encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
+    """`models.init_cache` for this model: the cross-attention keys and values of `encoded`."""
+    _check_cache_length(self.config, length)
+    targets = jnp.zeros((batch, length), jnp.int32)
+    _, variables = self.apply({"params": params}, encoded, inputs, targets, decode=True,
+                              mutable=["cache"], method=Transformer.decode)
+    return variables["cache"]
+
+  def decode_step(self, params: Any, cache: Any, token: jax.Array,
+                  encoded: Optional[jax.Array] = None,
+                  inputs: Optional[jax.Array] = None) -> tuple[jax.Array, Any]:
+    """`models.decode_step` for this model."""
+    logits, mutated = self.apply({"params": params, "cache": cache}, encoded, inputs,
+                                 token[:, None], decode=True, mutable=["cache"],
+                                 method=Transformer.decode)
+    return logits[:, 0], mutated["cache"]
+
 
 class DecoderOnly(nn.Module):
   """Language model: apply(variables, tokens) -> logits float[B, L, V], logits[:, t] predicting tokens[:, t]."""
 
   config: ModelConfig
-  has_encoder: ClassVar[bool] = False
-  batch_keys: ClassVar[tuple[str, ...]] = ("targets",)
+  batch_keys: ClassVar[tuple[str, ...]] = model_kinds.get("lm").batch_keys
 
   def setup(self):
     cfg = self.config
@@ -199,6 +277,90 @@ class DecoderOnly(nn.Module):
     """Final hidden states float[B, L, d] -> logits float[B, L, V]."""
     return self.output_logits(hidden)
 
+  # ---- the interface every kind answers (module docstring); called unbound, with params ----
+  # Decoding runs `DecoderOnly.__call__` by name, so a subclass with another __call__ (a
+  # prefix LM reading inputs ++ targets) decodes through the same cache.
+  def logits(self, params: Any, batch: Mapping[str, jax.Array], *, deterministic: bool = True,
+             rng: Optional[jax.Array] = None, **kwargs: Any) -> Any:
+    """Logits float[B, L, V] of a batch dict (kwargs to `apply`: mutable, return_hidden)."""
+    return self.apply({"params": params}, batch["targets"],
+                      segmentation=batch.get("targets_segmentation"),
+                      position=batch.get("targets_position"), deterministic=deterministic,
+                      rngs=_rngs(rng), **kwargs)
+
+  def stack_inputs(self, batch: Mapping[str, jax.Array]) -> dict[str, tuple[jax.Array, jax.Array]]:
+    """{stack: (the ids its input embedding reads int[B, L], which of them are real)}."""
+    targets = batch["targets"]
+    return {"decoder": (shift_right(targets, batch.get("targets_segmentation")),
+                        targets != PAD_ID)}
+
+  def forward_flops(self, source_len: int, target_len: int) -> float:
+    """Matmul FLOPs of one sequence's forward pass (`model_summary`); no source."""
+    del source_len
+    return model_summary.forward_flops(self.config, 0, target_len, with_encoder=False)
+
+  @property
+  def input_limit(self) -> int:
+    """The most input tokens decoding takes: a prompt one shorter than the position table,
+    so that it can be continued."""
+    return self.config.max_len - 1
+
+  def input_eos(self, prompt_eos: bool) -> bool:
+    """Whether an input line gets EOS appended: a prompt does where its data ended sources
+    with one (`lines.prompt_ends_with_eos`)."""
+    return prompt_eos
+
+  def decoding_lengths(self, inputs: jax.Array, extra_len: int):
+    """(steps of the output, room int[B] for each row's continuation, default output limit
+    int[B]): the prompt continued in the same max_len, up to twice its length + extra_len."""
+    length, max_len = inputs.shape[1], self.config.max_len
+    if length >= max_len:
+      raise ConfigError(f"Prompts of {length} tokens leave no room in max_len={max_len}; "
+                        f"truncate them to at most {max_len - 1} tokens.")
+    num_steps = min(2 * length + extra_len, max_len)
+    count = _num_tokens(inputs)
+    return num_steps, num_steps - count, count + extra_len
+
+  def start_decoding(self, params: Any, inputs: jax.Array, copies: int, num_steps: int):
+    """(encoded None, source None, cache, prefix int[B, P], prefix_len int[B]) for B rows,
+    each repeated `copies` times: the prompt is the output's prefix."""
+    cache = self.init_cache(params, batch=inputs.shape[0] * copies, length=num_steps)
+    return None, None, cache, inputs, _num_tokens(inputs)
+
+  def init_cache(self, params: Any, *, batch: int, length: int,
+                 encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
+    """`models.init_cache` for this model (no source: encoded and inputs unused)."""
+    del encoded, inputs
+    _check_cache_length(self.config, length)
+    targets = jnp.zeros((batch, length), jnp.int32)
+    _, variables = self.apply({"params": params}, targets, decode=True, mutable=["cache"],
+                              method=DecoderOnly.__call__)
+    return variables["cache"]
+
+  def decode_step(self, params: Any, cache: Any, token: jax.Array,
+                  encoded: Optional[jax.Array] = None,
+                  inputs: Optional[jax.Array] = None) -> tuple[jax.Array, Any]:
+    """`models.decode_step` for this model."""
+    del encoded, inputs
+    logits, mutated = self.apply({"params": params, "cache": cache}, token[:, None],
+                                 decode=True, mutable=["cache"], method=DecoderOnly.__call__)
+    return logits[:, 0], mutated["cache"]
+
+
+def _rngs(rng: Optional[jax.Array]) -> Optional[dict[str, jax.Array]]:
+  return None if rng is None else {"dropout": rng}
+
+
+def _num_tokens(tokens: jax.Array) -> jax.Array:
+  """Tokens before the padding: int32[B] for int[B, L] 0-padded on the right."""
+  return jnp.sum(tokens != PAD_ID, axis=1).astype(jnp.int32)
+
+
+def _check_cache_length(config: ModelConfig, length: int) -> None:
+  if length > config.max_len and config.has_position_table:
+    raise ConfigError(f"A cache of {length} positions exceeds the position table of "
+                      f"max_len={config.max_len}; decode at most {config.max_len}.")
+
 
 def init_params(model: nn.Module, rng: jax.Array, batch: Mapping[str, jax.Array]) -> Any:
   """Fresh params of either model; `batch` (int arrays [B, L] under `model.batch_keys`) only
@@ -206,27 +368,13 @@ def init_params(model: nn.Module, rng: jax.Array, batch: Mapping[str, jax.Array]
   return model.init(rng, *(batch[k] for k in model.batch_keys))["params"]
 
 
-def encode(model: nn.Module, params: Any, inputs: jax.Array) -> Optional[jax.Array]:
-  """The encoder's output float[B, Ls, d] of a source int[B, Ls]; None for a model without
-  an encoder (its prompt goes through the decoder instead)."""
-  if not model.has_encoder:
-    return None
-  return model.apply({"params": params}, inputs, method=Transformer.encode)
-
-
 def decode_step(model: nn.Module, params: Any, cache: Any, token: jax.Array,
                 encoded: Optional[jax.Array] = None,
                 inputs: Optional[jax.Array] = None) -> tuple[jax.Array, Any]:
   """One decoding step through the cache: the previous token int[N] -> (logits float[N, V]
   of the next position, the updated cache). `encoded` and `inputs` (the source) are those
-  of `encode`, for a model with an encoder."""
-  variables = {"params": params, "cache": cache}
-  if model.has_encoder:
-    logits, mutated = model.apply(variables, encoded, inputs, token[:, None], decode=True,
-                                  mutable=["cache"], method=Transformer.decode)
-  else:
-    logits, mutated = model.apply(variables, token[:, None], decode=True, mutable=["cache"])
-  return logits[:, 0], mutated["cache"]
+  `start_decoding` gave, for a model that reads a source."""
+  return model.decode_step(params, cache, token, encoded, inputs)
 
 
 def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
@@ -240,45 +388,28 @@ def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
   The cache is made by a decoder pass over `length` zeros: inside jit XLA keeps only what
   feeds the cache; outside jit the whole pass runs.
   """
-  if length > model.config.max_len and model.config.has_position_table:
-    raise ConfigError(f"A cache of {length} positions exceeds the position table of "
-                      f"max_len={model.config.max_len}; decode at most {model.config.max_len}.")
-  targets = jnp.zeros((batch, length), jnp.int32)
-  if model.has_encoder:
-    _, variables = model.apply({"params": params}, encoded, inputs, targets, decode=True,
-                               mutable=["cache"], method=Transformer.decode)
-  else:
-    _, variables = model.apply({"params": params}, targets, decode=True, mutable=["cache"])
-  return variables["cache"]
+  return model.init_cache(params, batch=batch, length=length, encoded=encoded, inputs=inputs)
 
 
 def apply_model(model: nn.Module, params: Any, batch: Mapping[str, jax.Array], *,
                 deterministic: bool = True, rng: Optional[jax.Array] = None,
                 **kwargs: Any) -> Any:
-  """The model's logits float[B, L, V] for a batch dict of int[B, L] arrays ('inputs' for a
-  Transformer, 'targets', and the packed keys '*_segmentation', '*_position' when present).
+  """The model's logits float[B, L, V] for a batch dict of int[B, L] arrays (its
+  `batch_keys`, and the packed keys '*_segmentation', '*_position' when present).
 
   kwargs go to `apply` (e.g. mutable=[...], return_hidden=True); rng is the dropout key.
   """
-  rngs = None if rng is None else {"dropout": rng}
-  if not model.has_encoder:
-    return model.apply({"params": params}, batch["targets"],
-                       segmentation=batch.get("targets_segmentation"),
-                       position=batch.get("targets_position"), deterministic=deterministic,
-                       rngs=rngs, **kwargs)
-  return model.apply({"params": params}, batch["inputs"], batch["targets"],
-                     inputs_segmentation=batch.get("inputs_segmentation"),
-                     targets_segmentation=batch.get("targets_segmentation"),
-                     inputs_position=batch.get("inputs_position"),
-                     targets_position=batch.get("targets_position"),
-                     deterministic=deterministic, rngs=rngs, **kwargs)
+  return model.logits(params, batch, deterministic=deterministic, rng=rng, **kwargs)
 
 
-MODEL_TYPES = ("seq2seq", "lm")  # an experiment's model_type: Transformer or DecoderOnly
+for _name, _cls in (("seq2seq", Transformer), ("lm", DecoderOnly)):
+  model_kinds.register(_name, _cls.batch_keys, _cls)
 
 
 def model_for(model_type: str, config: ModelConfig) -> nn.Module:
-  """Transformer(config) for model_type 'seq2seq', DecoderOnly(config) for 'lm'."""
-  if model_type not in MODEL_TYPES:
-    raise ConfigError(f"model_type={model_type!r} is not one of {list(MODEL_TYPES)}.")
-  return DecoderOnly(config) if model_type == "lm" else Transformer(config)
+  """The model of an experiment's model_type (`model_kinds`): Transformer(config) for
+  'seq2seq', DecoderOnly(config) for 'lm', or a registered kind's class."""
+  kind = model_kinds.get(model_type)
+  if kind.model is None:
+    raise ConfigError(f"model_type={model_type!r} has no model class registered.")
+  return kind.model(config)

@@ -23,7 +23,7 @@ import grain
 import ml_collections
 import numpy as np
 
-from transformer import storage
+from transformer import model_kinds, storage
 from transformer.data import packing, synthetic, text
 from transformer.data.packing import PadBatch, read_examples
 from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
@@ -212,13 +212,15 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
                      f"process count {process_count}; set batch_size to a multiple of it.")
   local_batch = config.batch_size // process_count
   sources = _sources(config, workdir)
-  if config.get("model_type") == "lm" and "inputs" in sources.keys:
+  kind = model_kinds.get(config.model_type) if config.get("model_type") else None
+  if kind and not kind.reads_inputs and "inputs" in sources.keys:  # a pair read as one stream
     sources = dataclasses.replace(
         sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
-        test=None if sources.test is None else ConcatForLM(sources.test), keys=("targets",))
-  if config.get("model_type") == "seq2seq" and "inputs" not in sources.keys:
-    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs); "
-                     "set model_type='lm' (configs/lm.py) or use a translation dataset.")
+        test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys)
+  if kind and kind.reads_inputs and "inputs" not in sources.keys:
+    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs), "
+                      f"but model_type={kind.name!r} reads a source; set model_type='lm' "
+                      "(configs/lm.py) or use a translation dataset.")
   num_train, num_eval = len(sources.train), len(sources.eval)
   if num_train < process_count:
     raise ConfigError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "

@@ -30,10 +30,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer.config import ModelConfig
 from transformer.errors import ConfigError
 from transformer import models
-from transformer.models import init_cache
 from transformer.token_ids import EOS_ID, PAD_ID
 
 METHODS = ("greedy", "sample", "beam")
@@ -97,25 +95,12 @@ def _step_fn(model: nn.Module, params: Any, encoded: Optional[jax.Array],
   return step
 
 
-def _num_tokens(tokens: jax.Array) -> jax.Array:
-  """Tokens before the padding: int32[B] for int[B, L] 0-padded on the right."""
-  return jnp.sum(tokens != PAD_ID, axis=1).astype(jnp.int32)
-
-
 def _prepare(model: nn.Module, params: Any, inputs: jax.Array, copies: int, num_steps: int):
-  """(step, cache, prefix int[B, P], prefix_len int[B]) for B rows, each repeated `copies` times."""
-  batch = inputs.shape[0]
-  if not model.has_encoder:  # the prompt is the output's prefix
-    step = _step_fn(model, params, None, None)
-    return (step, init_cache(model, params, batch=batch * copies, length=num_steps), inputs,
-            _num_tokens(inputs))
-  encoded = models.encode(model, params, inputs)  # a source: the output starts empty
-  # Beams of a row share its source: repeat it once per beam, [B, ...] -> [B * copies, ...].
-  encoded, rep_inputs = (jnp.repeat(x, copies, axis=0) for x in (encoded, inputs))
-  step = _step_fn(model, params, encoded, rep_inputs)
-  cache = init_cache(model, params, batch=batch * copies, length=num_steps, encoded=encoded,
-                     inputs=rep_inputs)
-  return step, cache, jnp.zeros((batch, 1), jnp.int32), jnp.zeros((batch,), jnp.int32)
+  """(step, cache, prefix int[B, P], prefix_len int[B]) for B rows, each repeated `copies`
+  times: the model starts its decoding (a source encoded, or a prompt as the prefix)."""
+  encoded, source, cache, prefix, prefix_len = model.start_decoding(params, inputs, copies,
+                                                                    num_steps)
+  return _step_fn(model, params, encoded, source), cache, prefix, prefix_len
 
 
 # ---------------------------------------------------------------------------------------
@@ -316,28 +301,13 @@ def decode(model: nn.Module, params: Any, inputs: Any, config: DecodeConfig = De
   rng: sampling's key (default PRNGKey(0)). out_limit: int[B] overriding each row's output
   limit, by default its input length + extra_len (0 for an empty source); always capped by L.
   """
-  cfg: ModelConfig = model.config
   inputs = jnp.asarray(inputs, jnp.int32)
   if inputs.ndim != 2:
     raise ValueError(f"decode needs inputs int[batch, length], got shape {inputs.shape}.")
-  length = inputs.shape[1]
-  if not model.has_encoder:  # a prompt, continued in the same max_len
-    if length >= cfg.max_len:
-      raise ConfigError(f"Prompts of {length} tokens leave no room in max_len={cfg.max_len}; "
-                       f"truncate them to at most {cfg.max_len - 1} tokens.")
-    num_steps = min(2 * length + config.extra_len, cfg.max_len)
-    room = num_steps - _num_tokens(inputs)
-  else:
-    if length > cfg.max_len:
-      raise ConfigError(f"Sources of {length} tokens exceed the model's max_len={cfg.max_len} "
-                        f"(its position table); truncate them to at most {cfg.max_len} tokens.")
-    num_steps = min(length + config.extra_len, cfg.max_len)
-    room = jnp.full((inputs.shape[0],), num_steps, jnp.int32)
-  if out_limit is None:
-    count = _num_tokens(inputs)
-    out_limit = count + config.extra_len
-    if model.has_encoder:  # an empty source (e.g. a padding row): no output
-      out_limit = jnp.where(count > 0, out_limit, 0)
+  # The model's reading of its input: a source (the output starts empty; an empty source, a
+  # padding row, gives none) or a prompt (continued within the same max_len).
+  num_steps, room, default_limit = model.decoding_lengths(inputs, config.extra_len)
+  out_limit = default_limit if out_limit is None else out_limit
   limit = jnp.minimum(jnp.asarray(out_limit, jnp.int32), room)
   rng = jax.random.PRNGKey(0) if rng is None else rng
   knobs, static = _split_config(config)

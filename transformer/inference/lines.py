@@ -30,15 +30,15 @@ def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
 
 
 def model_input_limit(loaded: loading.Loaded) -> int:
-  """The most input tokens the model's position table covers: max_len for a source, one
+  """The most input tokens the model takes (its `input_limit`): max_len for a source, one
   less for an LM prompt (so that it can be continued)."""
-  return loaded.model_config.max_len - 1 if loaded.is_lm else loaded.model_config.max_len
+  return loaded.model.input_limit
 
 
 def max_input_len(loaded: loading.Loaded) -> int:
   """Input tokens a line may have by default (EOS included): the training rows' length for a
-  source, within what the model covers; `model_input_limit` for an LM prompt."""
-  if loaded.is_lm:
+  source, within what the model covers; `model_input_limit` for a prompt."""
+  if not loaded.reads_source:
     return model_input_limit(loaded)
   return min(int(loaded.experiment.get("max_len") or loaded.model_config.max_len),
              model_input_limit(loaded))
@@ -50,7 +50,7 @@ def encode_lines(loaded: loading.Loaded, lines: Sequence[str], max_len: Optional
   prompts where `prompt_ends_with_eos`); an empty line gives []. A line longer than max_len
   is cut to its first max_len - 1 tokens + EOS (or its first max_len, without EOS)."""
   max_len = max_input_len(loaded) if max_len is None else max_len
-  add_eos = prompt_ends_with_eos(loaded.experiment) if loaded.is_lm else True
+  add_eos = loaded.model.input_eos(prompt_ends_with_eos(loaded.experiment))
   add_eos = add_eos if prompt_eos is None else prompt_eos
   out, truncated, unknown = [], 0, []
   for n, line in enumerate(lines, 1):

@@ -38,8 +38,10 @@ class Loaded:
   tokenizer: Any  # encode(str) -> list[int] (no EOS), decode(ids) -> str, vocab_size
 
   @property
-  def is_lm(self) -> bool:
-    return not self.model.has_encoder
+  def reads_source(self) -> bool:
+    """Whether the model maps a source to an output (its batches hold 'inputs'), as a
+    translation does, rather than continuing a prompt."""
+    return "inputs" in self.model.batch_keys
 
 
 def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:

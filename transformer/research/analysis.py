@@ -368,14 +368,13 @@ def attention_maps_of_text(workdir: str, text: str,
   ids = loaded.tokenizer.encode(text)
   if not ids:
     raise ConfigError(f"--text={text!r} holds no tokens; give a sentence or a prompt.")
-  if loaded.is_lm:
-    tokens = np.asarray([ids], np.int32)
-    batch, stack = {"targets": tokens}, "decoder"
-    labels = [_token_label(loaded.tokenizer, t) for t in [PAD_ID] + ids[:-1]]
-  else:
-    tokens = np.asarray([ids + [EOS_ID]], np.int32)
-    batch, stack = {"inputs": tokens, "targets": np.asarray([[EOS_ID]], np.int32)}, "encoder"
-    labels = [_token_label(loaded.tokenizer, t) for t in ids + [EOS_ID]]
+  # The text is the model's input (a source ends in EOS, as in training; a prompt as given),
+  # shown in the first stack that reads it: a source's encoder, a prompt's decoder (whose
+  # input is the prompt shifted right).
+  tokens = np.asarray([ids + [EOS_ID] if loaded.model.input_eos(False) else ids], np.int32)
+  batch = {k: tokens for k in loaded.model.batch_keys}
+  stack, (shown, _) = next(iter(loaded.model.stack_inputs(batch).items()))
+  labels = [_token_label(loaded.tokenizer, int(t)) for t in np.asarray(shown)[0]]
   if tokens.shape[1] > loaded.model_config.max_len:
     raise ConfigError(f"--text has {tokens.shape[1]} tokens, more than the model's max_len="
                       f"{loaded.model_config.max_len}; shorten it.")

@@ -30,7 +30,7 @@ from transformer.config import ModelConfig
 from transformer.data import pipeline
 from transformer.errors import ConfigError
 from transformer.inference import decoding
-from transformer.model_summary import train_flops_per_step
+from transformer.model_summary import train_flops
 from transformer.models import Transformer
 from transformer.research import chips
 from transformer.token_ids import EOS_ID
@@ -184,8 +184,7 @@ def _setup(config: ml_collections.ConfigDict, steps: int,
 
 def _train_flops(bench: _Bench, batch_size: int) -> float:
   L = bench.config.max_len
-  return train_flops_per_step(bench.assembled.model_config, batch_size, L, L,
-                              decoder_only=not bench.assembled.model.has_encoder)
+  return train_flops(bench.assembled.model.forward_flops(L, L), batch_size)
 
 
 def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) -> Any:

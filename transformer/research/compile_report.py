@@ -50,7 +50,7 @@ import numpy as np
 
 from transformer.attention import step_kernel
 from transformer.errors import ConfigError
-from transformer.model_summary import train_flops_per_step
+from transformer.model_summary import train_flops
 from transformer.research.chips import CHIPS, GIB, GPUS, Chip
 from transformer.training import experiment, sharding
 
@@ -326,8 +326,8 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
   cost = (cost[0] if isinstance(cost, list) else cost) or {}  # None where XLA gives none (GPU)
   xla_flops = float(cost["flops"]) if "flops" in cost else None
   bytes_accessed = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
-  analytic = train_flops_per_step(cfg, config.batch_size, config.max_len, config.max_len,
-                                  decoder_only=not model.has_encoder) / n
+  analytic = train_flops(model.forward_flops(config.max_len, config.max_len),
+                         config.batch_size) / n
   hlo = compiled.as_text()
   traffic = hbm_traffic(hlo)
   comms = collectives(hlo)

@@ -120,7 +120,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   built = steps.build_steps(exp, loaded.model, mesh)
   results: dict[str, Any] = {"workdir": workdir, "step": loaded.step, "split": "eval"}
   results.update(steps.evaluate(built.eval, params, datasets.eval_batches(), mesh))
-  if decode and not loaded.is_lm:
+  if decode and loaded.reads_source:
     decoded = decode_eval_split(loaded.model, params, datasets, mesh, config)
     results.update(decoded.metrics())
     results["bleu_signature"] = decoded.bleu.signature
@@ -129,7 +129,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
                         ("sources", decoded.sources)):
       lines.write_lines(storage.join(out_dir, f"{name}.txt"), texts)
   path = storage.join(out_dir, "results.json")
-  if not (decode and not loaded.is_lm) and storage.as_path(path).exists():
+  if not (decode and loaded.reads_source) and storage.as_path(path).exists():
     # This checkpoint's decoding, written earlier beside hypotheses.txt, is still its own:
     # keep it (and the files) rather than a results.json that no longer matches them.
     results = {**json.loads(storage.as_path(path).read_text()), **results}

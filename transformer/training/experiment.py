@@ -17,10 +17,11 @@ from typing import Any, Optional
 import ml_collections
 from ml_collections import config_dict
 
+from transformer import model_kinds
 from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
 from transformer.data import pipeline, synthetic
 from transformer.errors import ConfigError, MissingFileError
-from transformer.models import MODEL_TYPES, model_for
+from transformer.models import model_for
 from transformer.token_ids import NUM_RESERVED
 from transformer.training import optimizers, sharding, steps
 from transformer.training.optimizers import default_optimizer_fields
@@ -112,8 +113,7 @@ def base_config() -> ml_collections.ConfigDict:
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
   """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
-  if config.model_type not in MODEL_TYPES:
-    raise ConfigError(f"model_type={config.model_type!r} is not one of {list(MODEL_TYPES)}.")
+  model_kinds.get(config.model_type)  # one line for an unknown kind
   fields = {k: parse_scale(v) for k, v in config.model.items()
             if k != "recipe" and v is not None}
   fields.setdefault("vocab_size", vocab_size)
@@ -188,9 +188,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.z_loss < 0:
     raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
-  if config.bleu_every_steps and config.model_type != "seq2seq":
+  if config.bleu_every_steps and not model_kinds.get(config.model_type).reads_inputs:
     raise ConfigError(f"bleu_every_steps={config.bleu_every_steps} needs model_type='seq2seq' "
-                      "(BLEU scores translations); set --config.bleu_every_steps=0.")
+                      f"or another kind that reads a source (BLEU scores translations; "
+                      f"{config.model_type!r} continues prompts); set "
+                      "--config.bleu_every_steps=0.")
   fsdp = config.get("fsdp", 1)
   if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
@@ -227,7 +229,8 @@ def load_config(path: str) -> ml_collections.ConfigDict:
 
 
 def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig) -> Any:
-  """The experiment's model: a Transformer (model_type 'seq2seq') or a DecoderOnly ('lm')."""
+  """The experiment's model: the class of its model_type (`model_kinds`): a Transformer
+  ('seq2seq'), a DecoderOnly ('lm'), or a registered kind's."""
   return model_for(config.model_type, model_config)
 
 

@@ -132,8 +132,8 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   state = built.init(init_rng)
 
-  resolved["summary"] = model_summary.summarize(state.params, model_config, config.max_len,
-                                                decoder_only=not model.has_encoder)
+  resolved["summary"] = model_summary.summarize(
+      state.params, model.forward_flops(config.max_len, config.max_len), config.max_len)
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
