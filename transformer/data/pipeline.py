@@ -211,69 +211,85 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
     raise ConfigError(f"batch_size={config.batch_size} must be a positive multiple of the "
                      f"process count {process_count}; set batch_size to a multiple of it.")
   local_batch = config.batch_size // process_count
-  sources = _sources(config, workdir)
-  kind = model_kinds.get(config.model_type) if config.get("model_type") else None
-  if kind and not kind.reads_inputs and "inputs" in sources.keys:  # a pair read as one stream
-    sources = dataclasses.replace(
-        sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
-        test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys)
-  if kind and kind.reads_inputs and "inputs" not in sources.keys:
-    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs), "
-                      f"but model_type={kind.name!r} reads a source; set model_type='lm' "
-                      "(configs/lm.py) or use a translation dataset.")
+  sources = _as_the_kind_reads(config, _sources(config, workdir))
   num_train, num_eval = len(sources.train), len(sources.eval)
   if num_train < process_count:
     raise ConfigError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
                      f"the {process_count} processes; use a larger dataset.")
   read = grain.ReadOptions(num_threads=config.get("data_threads", 2),
                            prefetch_buffer_size=config.get("data_prefetch", 4))
-
-  # Pipelines run over example indices and read each batch in bulk (see ReadBatch).
-  # Global batches of indices are drawn identically on every process (same seed), and each
-  # process reads only its own rows of each: so the training stream is the same whatever
-  # the process count (a 2-host run sees the batches of a 1-host run), and processes never
-  # share an example. repeat() reshuffles every epoch; batches may straddle epochs.
+  # Each process's rows of every global batch (lanes): see _train_batches and _in_order.
   lanes = range(process_index * local_batch, (process_index + 1) * local_batch)
-  train_pad = PadBatch(sources.keys, local_batch, config.max_len)
-  if mode == "none":
-    rows = slice(lanes.start, lanes.stop)
-    train = (grain.MapDataset.range(num_train)
-             .shuffle(seed=config.seed).repeat()
-             .batch(config.batch_size, drop_remainder=True)
-             .map(lambda indices: indices[rows])
-             .map(ReadBatch(sources.train, train_pad))
-             .to_iter_dataset(read))
-  else:  # the same lanes (global rows), each filled from its own examples: see packing.py
-    train = packing.PackedBatches(sources.train, train_pad, seed=config.seed,
-                                  global_rows=config.batch_size, lanes=lanes, mode=mode,
-                                  prefetch=config.get("data_prefetch", 4))
-
-  # Eval and test examples are never cut into rows (each is scored from its start), whatever
-  # the training's packing: only a longer max_len keeps a long one whole.
-  eval_remedy = ("raise max_len (eval and test examples are scored one a row, from their "
-                 "start, whatever the packing)")
-
-  # Eval (and test): global batches over the split in order, topped up with -1 (= zero
-  # rows); each process reads its rows, so every example is seen exactly once, on exactly
-  # one process.
-  def in_order(source: Sequence[Example]) -> tuple[grain.IterDataset, int]:
-    num_batches = _ceil_div(len(source), config.batch_size)
-    indices = np.full(num_batches * config.batch_size, -1, np.int64)
-    indices[:len(source)] = np.arange(len(source))
-    rows = indices.reshape(num_batches, config.batch_size)[:, lanes.start:lanes.stop]
-    return (grain.MapDataset.source(rows)
-            .map(ReadBatch(source, PadBatch(sources.keys, local_batch, config.max_len,
-                                            remedy=eval_remedy)))
-            .to_iter_dataset(read)), num_batches
-
-  evaluation, num_batches = in_order(sources.eval)
-  test = None if sources.test is None else in_order(sources.test)[0]
-
+  train = _train_batches(config, sources, mode, lanes, read)
+  evaluation, num_batches = _in_order(config, sources, sources.eval, lanes, read)
+  test = None if sources.test is None else _in_order(config, sources, sources.test, lanes,
+                                                     read)[0]
   return Datasets(vocab_size=sources.tokenizer.vocab_size, num_train_examples=num_train,
                   num_eval_examples=num_eval, num_eval_batches=num_batches,
                   batch_size=local_batch, max_len=config.max_len,
                   input_key_names=sources.keys, tokenizer=sources.tokenizer, packing=mode,
                   _train=train, _eval=evaluation, _test=test, _train_source=sources.train)
+
+
+def _as_the_kind_reads(config: ml_collections.ConfigDict, sources: Sources) -> Sources:
+  """The sources as config.model_type's batches hold them (`model_kinds`): a pair read as one
+  stream by a kind without a source; one line for a kind that needs a source the data lacks."""
+  kind = model_kinds.get(config.model_type) if config.get("model_type") else None
+  if kind and not kind.reads_inputs and "inputs" in sources.keys:  # a pair read as one stream
+    return dataclasses.replace(
+        sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
+        test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys)
+  if kind and kind.reads_inputs and "inputs" not in sources.keys:
+    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs), "
+                      f"but model_type={kind.name!r} reads a source; set model_type='lm' "
+                      "(configs/lm.py) or use a translation dataset.")
+  return sources
+
+
+def _train_batches(config: ml_collections.ConfigDict, sources: Sources, mode: str,
+                   lanes: range, read: grain.ReadOptions) -> Any:
+  """The training stream of this process's rows.
+
+  Pipelines run over example indices and read each batch in bulk (see ReadBatch). Global
+  batches of indices are drawn identically on every process (same seed), and each process
+  reads only its own rows of each: so the training stream is the same whatever the process
+  count (a 2-host run sees the batches of a 1-host run), and processes never share an
+  example. repeat() reshuffles every epoch; batches may straddle epochs.
+  """
+  train_pad = PadBatch(sources.keys, len(lanes), config.max_len)
+  if mode == "none":
+    rows = slice(lanes.start, lanes.stop)
+    return (grain.MapDataset.range(len(sources.train))
+            .shuffle(seed=config.seed).repeat()
+            .batch(config.batch_size, drop_remainder=True)
+            .map(lambda indices: indices[rows])
+            .map(ReadBatch(sources.train, train_pad))
+            .to_iter_dataset(read))
+  # The same lanes (global rows), each filled from its own examples: see packing.py.
+  return packing.PackedBatches(sources.train, train_pad, seed=config.seed,
+                               global_rows=config.batch_size, lanes=lanes, mode=mode,
+                               prefetch=config.get("data_prefetch", 4))
+
+
+# Eval and test examples are never cut into rows (each is scored from its start), whatever
+# the training's packing: only a longer max_len keeps a long one whole.
+_EVAL_REMEDY = ("raise max_len (eval and test examples are scored one a row, from their "
+                "start, whatever the packing)")
+
+
+def _in_order(config: ml_collections.ConfigDict, sources: Sources, source: Sequence[Example],
+              lanes: range, read: grain.ReadOptions) -> tuple[grain.IterDataset, int]:
+  """Eval (and test): global batches over the split in order, topped up with -1 (= zero
+  rows); each process reads its rows, so every example is seen exactly once, on exactly one
+  process. Returns the batches and their number."""
+  num_batches = _ceil_div(len(source), config.batch_size)
+  indices = np.full(num_batches * config.batch_size, -1, np.int64)
+  indices[:len(source)] = np.arange(len(source))
+  rows = indices.reshape(num_batches, config.batch_size)[:, lanes.start:lanes.stop]
+  return (grain.MapDataset.source(rows)
+          .map(ReadBatch(source, PadBatch(sources.keys, len(lanes), config.max_len,
+                                          remedy=_EVAL_REMEDY)))
+          .to_iter_dataset(read)), num_batches
 
 
 def measure_throughput(config: ml_collections.ConfigDict, seconds: float, *,
