@@ -158,6 +158,11 @@ class ModelConfig:
   # ---- validation ----
   def validate(self) -> None:
     """Raises ConfigError naming the field and its allowed values for any bad combination."""
+    self._validate_modes()
+    self._validate_sizes()
+    self._validate_combinations()
+
+  def _validate_modes(self) -> None:
     for name, allowed in MODES.items():
       value = getattr(self, name)
       if name in SCALE_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -167,6 +172,8 @@ class ModelConfig:
       if value not in allowed:
         extra = " or a positive float" if name in SCALE_FIELDS else ""
         raise ConfigError(f"ModelConfig.{name}={value!r} is not one of {list(allowed)}{extra}.")
+
+  def _validate_sizes(self) -> None:
     positive = ("vocab_size", "d_model", "num_heads", "d_ff", "max_len")
     for name in positive:
       value = getattr(self, name)
@@ -188,6 +195,8 @@ class ModelConfig:
       value = getattr(self, name)
       if not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"ModelConfig.{name}={value!r} must be a number > 0.")
+
+  def _validate_combinations(self) -> None:
     if self.attn_logit_softcap is not None and not self.attn_logit_softcap > 0:
       raise ConfigError(
           f"ModelConfig.attn_logit_softcap={self.attn_logit_softcap!r} must be None or a number > 0.")

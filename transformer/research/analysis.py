@@ -278,14 +278,8 @@ def _data_line(data: dict[str, Any]) -> str:
           f"consumed by this step: {data['epochs']:.3f} epochs.")
 
 
-def analyze(workdir: str, step: Optional[int] = None,
-            num_batches: int = NUM_BATCHES) -> dict[str, Any]:
-  """Runs the analysis of `workdir`; writes WORKDIR/plots/ and returns analysis.json's dict."""
-  if num_batches < 1:
-    raise ConfigError(f"num_batches={num_batches} must be >= 1.")
-  loaded = checkpoint.load_params(workdir, step)
-  plots_dir = storage.join(workdir, "plots")
-  try:  # checked before the work, not after it
+def _check_writable(plots_dir: str) -> None:
+  try:
     probe = storage.as_path(plots_dir) / f".write-test-{os.getpid()}"
     probe.parent.mkdir(parents=True, exist_ok=True)
     probe.write_text("")
@@ -294,6 +288,34 @@ def analyze(workdir: str, step: Optional[int] = None,
     raise RunError(f"The analysis is written to {plots_dir}, which cannot be written "
                    f"({e.strerror}); copy the workdir somewhere writable and analyse the "
                    "copy.") from None
+
+
+def _embedding_and_residual(diag: dict[str, float]):
+  """({stack: embedding statistics, per-bucket ones under 'buckets'}, {stack: {layer: the
+  residual stream's RMS}}) of the averaged diagnostics."""
+  embedding: dict[str, dict] = {}
+  residual: dict[str, dict] = {}
+  for name, value in diag.items():
+    n = diagnostics.parse_name(name)
+    if n.group == "embed":
+      entry = embedding.setdefault(n.stack, {})
+      if n.bucket is not None:
+        entry.setdefault("buckets", {}).setdefault(f"bucket_{n.bucket}", {})[n.stat] = value
+      else:
+        entry[n.stat] = value
+    elif n.group == "residual":
+      residual.setdefault(n.stack, {})[n.layer] = value
+  return embedding, residual
+
+
+def analyze(workdir: str, step: Optional[int] = None,
+            num_batches: int = NUM_BATCHES) -> dict[str, Any]:
+  """Runs the analysis of `workdir`; writes WORKDIR/plots/ and returns analysis.json's dict."""
+  if num_batches < 1:
+    raise ConfigError(f"num_batches={num_batches} must be >= 1.")
+  loaded = checkpoint.load_params(workdir, step)
+  plots_dir = storage.join(workdir, "plots")
+  _check_writable(plots_dir)  # before the work, not after it
   (params, model_config), step = loaded, loaded.step
   config = ml_collections.ConfigDict(checkpoint.read_config(workdir)["experiment"])
   model = experiment.build_model(config, model_config)
@@ -312,17 +334,7 @@ def analyze(workdir: str, step: Optional[int] = None,
     raise ConfigError(f"The eval split of {workdir} yielded no batches; nothing to analyse.")
   diag = diagnostics.mean_over_batches(results)
 
-  embedding, residual = {}, {}
-  for name, value in diag.items():
-    n = diagnostics.parse_name(name)
-    if n.group == "embed":
-      entry = embedding.setdefault(n.stack, {})
-      if n.bucket is not None:
-        entry.setdefault("buckets", {}).setdefault(f"bucket_{n.bucket}", {})[n.stat] = value
-      else:
-        entry[n.stat] = value
-    elif n.group == "residual":
-      residual.setdefault(n.stack, {})[n.layer] = value
+  embedding, residual = _embedding_and_residual(diag)
   attention = _attention_rows(diag)
 
   # How much of the corpus the run has seen: concat packing fills every row with tokens.
