@@ -104,7 +104,9 @@ def test_to_text():
 
 @pytest.mark.parametrize("task", ["reverse", "addition"])
 def test_builder_matches_generate_and_is_reused(data_dir, task, caplog):
-  with caplog.at_level(logging.INFO):
+  # TFDS logs through absl's logger: its level is set here, since a test before this one in
+  # the same process may have raised absl's verbosity (as the scripts' flags do).
+  with caplog.at_level(logging.INFO, logger="absl"):
     builder = synthetic.build_synthetic(data_dir, task=task, **SMALL)
   # One config per parameter set, by design: TFDS's "custom data configuration" warning is
   # not logged (transformer.data filters it).
