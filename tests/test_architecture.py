@@ -1,5 +1,5 @@
 """The layers of the package (.importlinter): checked here, and shown to fail on a wrong import;
-private names stay inside their module."""
+private names stay inside their module; no function runs past sixty lines."""
 
 import ast
 import os
@@ -83,3 +83,16 @@ def test_comments_speak_of_the_repository_only():
   found = [f"{p.relative_to(REPO)}: {word}" for p in _python_files()
            for word in outside if word in p.read_text()]
   assert not found, found
+
+
+MAX_FUNCTION_LINES = 60  # docstring included: a longer function does more than one job
+
+
+def test_no_function_in_the_package_is_longer_than_sixty_lines():
+  long = [f"{path.relative_to(REPO)}:{node.lineno} {node.name} "
+          f"({node.end_lineno - node.lineno + 1} lines)"
+          for path in (REPO / "transformer").rglob("*.py")
+          for node in ast.walk(ast.parse(path.read_text()))
+          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+          and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+  assert not long, long

@@ -112,40 +112,63 @@ def attention_stats(query: jax.Array, key: jax.Array, scale: jax.Array,
                                        (causal and per-segment masks make it vary by query)
     entropy_deficit                    entropy_uniform - entropy (0 = uniform attention)
   """
-  d_k = query.shape[-1]
   raw = attention_logits(query, key, scale=1.0)  # float32[B, H, Lq, Lk]
   logits = _scaled(raw, scale, softcap)
   valid = jnp.ones(raw.shape, bool) if mask is None else jnp.broadcast_to(mask, raw.shape)
-  axes = (0, 2, 3)
   visible = jnp.sum(valid, axis=-1)  # int[B, H, Lq]
   out, row_vars = {}, {}
   for name, x in (("raw", raw), ("logit", logits)):
-    mean = _masked_mean(x, valid, axes)
-    out[f"{name}_mean"] = mean
-    out[f"{name}_var"] = _masked_mean(jnp.square(x - mean[None, :, None, None]), valid, axes)
-    out[f"{name}_absmax"] = jnp.max(jnp.where(valid, jnp.abs(x), 0.0), axis=axes)
-    row_mean = _masked_mean(x, valid, -1)[..., None]  # NaN for a row with no visible key
-    row_vars[name] = (jnp.sum(jnp.where(valid, jnp.square(x - row_mean), 0.0), axis=-1)
-                      / jnp.maximum(visible, 1))  # [B, H, Lq]
-    out[f"{name}_var_within"] = _masked_mean(jnp.where(visible >= 2, row_vars[name], 0.0),
-                                             visible >= 2, (0, 2))
+    spread, row_vars[name] = _spread(x, valid, visible)
+    out.update({f"{name}_{stat}": value for stat, value in spread.items()})
+  d_k = query.shape[-1]
   out["qk_var_over_dk"] = out["raw_var"] / d_k
-  # Alignment: the within-row variance against what random key directions would give.
+  out["qk_alignment"] = _alignment(query, key, valid, visible, row_vars["raw"])
+  out["qk_var_over_dk_within"] = out["raw_var_within"] / d_k
+  out.update(_entropies(logits, valid, visible))
+  return out
+
+
+def _spread(x: jax.Array, valid: jax.Array, visible: jax.Array
+            ) -> tuple[dict[str, jax.Array], jax.Array]:
+  """({mean, var, absmax, var_within}: float[H], row variances float[B, H, Lq]) of x[B, H, Lq, Lk].
+
+  mean, var and absmax pool every visible pair; var_within averages the variance across one
+  query's visible keys over the queries with at least two.
+  """
+  axes = (0, 2, 3)
+  mean = _masked_mean(x, valid, axes)
+  row_mean = _masked_mean(x, valid, -1)[..., None]  # NaN for a row with no visible key
+  row_var = (jnp.sum(jnp.where(valid, jnp.square(x - row_mean), 0.0), axis=-1)
+             / jnp.maximum(visible, 1))  # [B, H, Lq]
+  return {"mean": mean,
+          "var": _masked_mean(jnp.square(x - mean[None, :, None, None]), valid, axes),
+          "absmax": jnp.max(jnp.where(valid, jnp.abs(x), 0.0), axis=axes),
+          "var_within": _masked_mean(jnp.where(visible >= 2, row_var, 0.0), visible >= 2,
+                                     (0, 2))}, row_var
+
+
+def _alignment(query: jax.Array, key: jax.Array, valid: jax.Array, visible: jax.Array,
+               raw_row_var: jax.Array) -> jax.Array:
+  """float[H]: each row's q.k variance against what random key directions would give."""
+  d_k = query.shape[-1]
   q_sq = jnp.sum(jnp.square(query.astype(jnp.float32)), -1).transpose(0, 2, 1)  # [B, H, Lq]
   k_sq = jnp.sum(jnp.square(key.astype(jnp.float32)), -1).transpose(0, 2, 1)  # [B, H, Lk]
   k_sq_visible = _masked_mean(k_sq[:, :, None, :], valid, -1)  # [B, H, Lq]
   isotropic = q_sq * k_sq_visible / d_k
   two = (visible >= 2) & (isotropic > 0)
-  ratio = row_vars["raw"] / jnp.where(two, isotropic, 1.0)
-  out["qk_alignment"] = _masked_mean(jnp.where(two, ratio, 0.0), two, (0, 2))
-  out["qk_var_over_dk_within"] = out["raw_var_within"] / d_k
+  ratio = raw_row_var / jnp.where(two, isotropic, 1.0)
+  return _masked_mean(jnp.where(two, ratio, 0.0), two, (0, 2))
+
+
+def _entropies(logits: jax.Array, valid: jax.Array, visible: jax.Array) -> dict[str, jax.Array]:
+  """{entropy, entropy_uniform, entropy_deficit}: float[H], over queries with a visible key."""
   log_p = jax.nn.log_softmax(jnp.where(valid, logits, -jnp.inf), axis=-1)
   p_log_p = jnp.where(valid, jnp.exp(log_p) * log_p, 0.0)
   entropy = -jnp.sum(p_log_p, axis=-1)  # [B, H, Lq]
   has_key = visible >= 1
-  out["entropy"] = _masked_mean(entropy, has_key, (0, 2))
-  out["entropy_uniform"] = _masked_mean(jnp.log(jnp.maximum(visible, 1).astype(jnp.float32)),
-                                        has_key, (0, 2))
+  out = {"entropy": _masked_mean(entropy, has_key, (0, 2)),
+         "entropy_uniform": _masked_mean(jnp.log(jnp.maximum(visible, 1).astype(jnp.float32)),
+                                         has_key, (0, 2))}
   out["entropy_deficit"] = out["entropy_uniform"] - out["entropy"]
   return out
 

@@ -253,6 +253,48 @@ def attention_kernel(cfg: ModelConfig, mesh: jax.sharding.Mesh) -> str:
     return step_kernel(cfg)
 
 
+def _uncached_greedy(model: Transformer, params: Any, inputs: jax.Array, num_tokens: int,
+                     bucket: int) -> tuple[Callable[[], None], Callable[[], np.ndarray]]:
+  """(compile, run) of greedy decoding without a cache: each step re-runs the whole prefix.
+
+  The prefix is padded up to a multiple of `bucket`, one compilation per width; `compile`
+  compiles every width, `run` returns the int[B, num_tokens] tokens.
+  """
+  batch_size = inputs.shape[0]
+  encode = jax.jit(functools.partial(model.apply, method=Transformer.encode))
+  full = jax.jit(lambda p, enc, targets: model.apply({"params": p}, enc, inputs, targets,
+                                                     method=Transformer.decode))
+
+  def width_at(t: int) -> int:
+    return min(-(-(t + 1) // bucket) * bucket, num_tokens)
+
+  def run() -> np.ndarray:
+    encoded = encode({"params": params}, inputs)
+    targets = np.zeros((batch_size, num_tokens), np.int32)
+    for t in range(num_tokens):
+      targets[:, t] = EOS_ID  # any non-pad id: position t must be unmasked; its value is unused
+      logits = full(params, encoded, jnp.asarray(targets[:, :width_at(t)]))
+      targets[:, t] = np.asarray(decoding.first_argmax(logits[:, t, 1:])) + 1  # never PAD
+    return targets
+
+  def compile_widths() -> None:
+    encoded = encode({"params": params}, inputs)
+    for width in sorted({width_at(t) for t in range(num_tokens)}):
+      full(params, encoded, jnp.ones((batch_size, width), jnp.int32)).block_until_ready()
+
+  return compile_widths, run
+
+
+def _alternating_medians(paths: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+  """Median wall seconds of each path, the paths timed in turn `repeats` times (so that a slow
+  spell of a shared machine falls on all of them)."""
+  runs = {name: [] for name in paths}
+  for _ in range(repeats):
+    for name, fn in paths.items():
+      runs[name] += time_call(fn, 1, warmup=0)
+  return {name: float(np.median(seconds)) for name, seconds in runs.items()}
+
+
 def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: int, *,
                        source_len: int = 32, bucket: int = 32, seed: int = 0,
                        repeats: int = 1) -> dict[str, float]:
@@ -283,36 +325,10 @@ def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: i
     return decoding.decode(model, params, inputs, config, jax.random.PRNGKey(0),
                            out_limit=limit)[0].block_until_ready()
 
-  encode = jax.jit(functools.partial(model.apply, method=Transformer.encode))
-  full = jax.jit(lambda p, enc, targets: model.apply({"params": p}, enc, inputs, targets,
-                                                     method=Transformer.decode))
-
-  widths = sorted({min(-(-(t + 1) // bucket) * bucket, num_tokens) for t in range(num_tokens)})
-
-  def uncached() -> np.ndarray:
-    encoded = encode({"params": params}, inputs)
-    targets = np.zeros((batch_size, num_tokens), np.int32)
-    for t in range(num_tokens):
-      width = min(-(-(t + 1) // bucket) * bucket, num_tokens)
-      targets[:, t] = EOS_ID  # any non-pad id: position t must be unmasked; its value is unused
-      logits = full(params, encoded, jnp.asarray(targets[:, :width]))
-      targets[:, t] = np.asarray(decoding.first_argmax(logits[:, t, 1:])) + 1  # never PAD
-    return targets
-
-  def compile_uncached() -> None:
-    encoded = encode({"params": params}, inputs)
-    for width in widths:
-      full(params, encoded, jnp.ones((batch_size, width), jnp.int32)).block_until_ready()
-
+  compile_uncached, uncached = _uncached_greedy(model, params, inputs, num_tokens, bucket)
   cached()
   compile_uncached()
-  runs = {"cached": [], "uncached": []}
-  for _ in range(repeats):
-    for name, fn in (("cached", cached), ("uncached", uncached)):
-      start = time.perf_counter()
-      fn()
-      runs[name].append(time.perf_counter() - start)
-  timings = {name: float(np.median(seconds)) for name, seconds in runs.items()}
+  timings = _alternating_medians({"cached": cached, "uncached": uncached}, repeats)
   tokens = batch_size * num_tokens
   return {"cached_tokens_per_sec": tokens / timings["cached"],
           "uncached_tokens_per_sec": tokens / timings["uncached"],

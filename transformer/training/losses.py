@@ -117,6 +117,34 @@ def _logit_statistics_bwd(residuals, cotangents):
 lean_logit_statistics.defvjp(_logit_statistics_fwd, _logit_statistics_bwd)
 
 
+def _check_arguments(logits: jax.Array, targets: jax.Array, label_smoothing: float,
+                     z_loss: float) -> None:
+  """cross_entropy's shapes and settings, each refused with a one-line error."""
+  if logits.ndim != targets.ndim + 1 or logits.shape[:-1] != targets.shape:
+    raise ValueError(
+        f"cross_entropy needs logits [B, L, V] and targets [B, L], got {logits.shape} and "
+        f"{targets.shape}.")
+  if not 0.0 <= label_smoothing < 1.0:
+    raise ConfigError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
+  if z_loss < 0.0:
+    raise ConfigError(f"z_loss must be >= 0, got {z_loss}.")
+  if label_smoothing > 0.0 and logits.shape[-1] < 2:
+    raise ConfigError("label_smoothing needs a vocabulary of at least 2 tokens.")
+
+
+def _smoothed_nll(nll: jax.Array, sum_logits: jax.Array, log_z: jax.Array, vocab_size: int,
+                  label_smoothing: float) -> jax.Array:
+  """KL(q || p) per position, float[B, L]: the label-smoothed loss less its constant H(q)."""
+  if label_smoothing == 0.0:
+    return nll
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab_size - 1)
+  sum_log_p = sum_logits - vocab_size * log_z  # sum_v log p_v, [B, L]
+  # -sum_v q_v log p_v = confidence * nll - low * (sum_v log p_v - log p_target).
+  smoothed = confidence * nll - low * (sum_log_p + nll)
+  return smoothed - _smoothed_entropy(vocab_size, label_smoothing)
+
+
 def cross_entropy(
     logits: jax.Array,
     targets: jax.Array,
@@ -144,18 +172,7 @@ def cross_entropy(
   Returns:
     LossOutput of float32 sums over all positions (see its docstring).
   """
-  if logits.ndim != targets.ndim + 1 or logits.shape[:-1] != targets.shape:
-    raise ValueError(
-        f"cross_entropy needs logits [B, L, V] and targets [B, L], got {logits.shape} and "
-        f"{targets.shape}.")
-  if not 0.0 <= label_smoothing < 1.0:
-    raise ConfigError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
-  if z_loss < 0.0:
-    raise ConfigError(f"z_loss must be >= 0, got {z_loss}.")
-  vocab_size = logits.shape[-1]
-  if label_smoothing > 0.0 and vocab_size < 2:
-    raise ConfigError("label_smoothing needs a vocabulary of at least 2 tokens.")
-
+  _check_arguments(logits, targets, label_smoothing, z_loss)
   if weights is None:
     weights = (targets > 0).astype(jnp.float32)
   else:
@@ -165,17 +182,7 @@ def cross_entropy(
   # directly, so no [B, L, V] one-hot or log-softmax array is built.
   log_z, target_logit, sum_logits = logit_statistics(logits, targets)
   nll = log_z - target_logit  # [B, L]
-
-  if label_smoothing > 0.0:
-    confidence = 1.0 - label_smoothing
-    low = label_smoothing / (vocab_size - 1)
-    sum_log_p = sum_logits - vocab_size * log_z  # sum_v log p_v, [B, L]
-    # -sum_v q_v log p_v = confidence * nll - low * (sum_v log p_v - log p_target).
-    smoothed = confidence * nll - low * (sum_log_p + nll)
-    smoothed = smoothed - _smoothed_entropy(vocab_size, label_smoothing)
-  else:
-    smoothed = nll
-
+  smoothed = _smoothed_nll(nll, sum_logits, log_z, logits.shape[-1], label_smoothing)
   z_term = z_loss * jnp.square(log_z)
   # Accuracy from the same logits, in their own dtype (no float32 copy).
   correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)

@@ -111,6 +111,38 @@ def gather_weights(params: Any, mesh: Mesh, dtype: Any) -> Any:
   return gather(params)
 
 
+def _like_params(tree: Any, mesh: Optional[Mesh]) -> Any:
+  """`tree` (params-shaped) constrained to the params' layout on `mesh`; as it is without one."""
+  if mesh is None:
+    return tree
+  return jax.lax.with_sharding_constraint(tree, sharding.tree_shardings(tree, mesh))
+
+
+def _accumulated(grad_fn: Callable, params: Any, batch: Batch, step_rng: jax.Array,
+                 grad_accum_steps: int, mesh: Optional[Mesh]) -> tuple[losses.LossOutput, Any]:
+  """(loss sums, gradient sums) over `grad_accum_steps` micro-batches, one scan.
+
+  Micro-batch i draws its dropout from fold_in(step_rng, i); with a mesh each micro-batch
+  keeps the devices' own rows and the running gradient sum keeps the params' layout.
+  """
+  shards = 1 if mesh is None else mesh.devices.size
+  micro = micro_batches(batch, grad_accum_steps, shards)
+  if mesh is not None:
+    micro = jax.lax.with_sharding_constraint(
+        micro, NamedSharding(mesh, P(None, sharding.batch_axes(mesh))))
+
+  def accumulate(carry, xs):
+    i, mb = xs
+    (_, o), g = grad_fn(params, mb, jax.random.fold_in(step_rng, i))
+    loss_total, grad_total = jax.tree_util.tree_map(jnp.add, carry, (o, _like_params(g, mesh)))
+    return (loss_total, _like_params(grad_total, mesh)), None
+
+  zeros = (losses.LossOutput.zeros(),
+           _like_params(jax.tree_util.tree_map(jnp.zeros_like, params), mesh))
+  (out, grads), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
+  return out._replace(log_z=None), grads
+
+
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     learning_rate_fn: Callable[[jax.Array], jax.Array], *,
                     label_smoothing: float = 0.0, z_loss: float = 0.0,
@@ -132,34 +164,13 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
 
   grad_fn = jax.value_and_grad(loss, has_aux=True)
 
-  def like_params(tree: Any) -> Any:
-    if mesh is None:
-      return tree
-    return jax.lax.with_sharding_constraint(tree, sharding.tree_shardings(tree, mesh))
-
   def train_step(state: TrainState, batch: Batch, rng: jax.Array):
     step_rng = jax.random.fold_in(rng, state.step)  # a resumed run repeats an uninterrupted one
     if grad_accum_steps == 1:
       (_, out), grads = grad_fn(state.params, batch, step_rng)
     else:
-      shards = 1 if mesh is None else mesh.devices.size
-      micro = micro_batches(batch, grad_accum_steps, shards)
-      if mesh is not None:
-        micro = jax.lax.with_sharding_constraint(
-            micro, NamedSharding(mesh, P(None, sharding.batch_axes(mesh))))
-
-      def accumulate(carry, xs):
-        i, mb = xs
-        (_, o), g = grad_fn(state.params, mb, jax.random.fold_in(step_rng, i))
-        loss_total, grad_total = jax.tree_util.tree_map(jnp.add, carry, (o, like_params(g)))
-        return (loss_total, like_params(grad_total)), None
-
-      zeros = (losses.LossOutput.zeros(),
-               like_params(jax.tree_util.tree_map(jnp.zeros_like, state.params)))
-      (out, grads), _ = jax.lax.scan(accumulate, zeros,
-                                     (jnp.arange(grad_accum_steps), micro))
-      out = out._replace(log_z=None)
-    grads = like_params(grads)
+      out, grads = _accumulated(grad_fn, state.params, batch, step_rng, grad_accum_steps, mesh)
+    grads = _like_params(grads, mesh)
     # Mean over the batch's tokens: gradients of sums, divided once by the global count.
     denom = jnp.maximum(out.weight_sum, 1.0)
     grads = jax.tree_util.tree_map(lambda g: g / denom, grads)
