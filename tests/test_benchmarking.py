@@ -1,13 +1,12 @@
 """The matmul peak, timing, and scripts/benchmark.py end to end (the FLOP formula: test_model_summary.py)."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, script_env
 from transformer.config import ModelConfig
 from transformer.research import benchmarking
 
@@ -48,7 +47,7 @@ def test_a_chip_without_published_figures_is_divided_by_the_measured_peak():
 def test_benchmark_script_reports_every_mode(tmp_path):
   """scripts/benchmark.py end to end on a tiny config: one JSON with every mode's figures."""
   out = tmp_path / "bench.json"
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = script_env()
   proc = subprocess.run(
       [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
        "--config.model.d_model=32", "--config.model.d_ff=64",

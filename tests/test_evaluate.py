@@ -7,14 +7,16 @@ BLEU is what the sacrebleu command line gives for the files written.
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import DEFAULT, REPO, script_env
 from test_evaluation import sacrebleu_cli
 from transformer.errors import ConfigError
-from transformer.training import evaluate, experiment, loop, steps
+from transformer.training import evaluate, loop, steps
 from transformer.training.writers import read_metrics
 
 # 600 steps of configs/default.py (about a minute here) sit on the steep part of the learning
@@ -80,21 +82,28 @@ def test_a_workdir_where_results_cannot_be_written_is_said_before_evaluating(dec
 
 def test_main_job_shortened_learns_and_decodes_the_held_out_split_by_beam_search(tfds_dir,
                                                                                 tmp_path):
-  # configs/default.py itself, fewer steps: the README states the full run's figures.
-  config = experiment.load_config(str(REPO / "configs" / "default.py"))
-  config.tfds_data_dir = tfds_dir
-  config.num_train_steps = SHORT_RUN_STEPS
-  config.eval_every_steps = config.checkpoint_every_steps = SHORT_RUN_STEPS
-  final = loop.train_and_evaluate(config, str(tmp_path))
-  assert final["step"] == SHORT_RUN_STEPS and final["eval"]["accuracy"] > 0.9, final["eval"]
+  """configs/default.py itself, fewer steps (the README states the full run's figures), run as
+  the README runs it: scripts/train.py, then scripts/evaluate.py, each its own process with
+  XLA's default optimisation (this test is bound by running, not by compiling)."""
+  env = {**script_env(), "XLA_FLAGS": ""}
+  for script, flags in (("train.py", [f"--config={DEFAULT}", f"--config.tfds_data_dir={tfds_dir}",
+                                      f"--config.num_train_steps={SHORT_RUN_STEPS}",
+                                      f"--config.eval_every_steps={SHORT_RUN_STEPS}",
+                                      f"--config.checkpoint_every_steps={SHORT_RUN_STEPS}"]),
+                        ("evaluate.py", [])):  # evaluate: beam 4, alpha 0.6
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / script), f"--workdir={tmp_path}",
+                          *flags], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
   records = read_metrics(str(tmp_path))
+  evals = [r for r in records if r["split"] == "eval"]
+  assert [r["step"] for r in evals] == [SHORT_RUN_STEPS]
+  assert evals[0]["accuracy"] > 0.9, evals
   assert {"loss", "accuracy", "perplexity", "learning_rate", "grad_norm",
           "tokens_per_sec"} <= set(records[0])
-  assert [r["step"] for r in records if r["split"] == "eval"] == [SHORT_RUN_STEPS]
   assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
   saved = json.loads((tmp_path / "config.json").read_text())
   assert saved["model"]["d_model"] == 64 and saved["experiment"]["num_train_steps"] == 600
-  results = evaluate.evaluate_workdir(str(tmp_path))  # beam 4, alpha 0.6
+  results = json.loads((tmp_path / "eval" / str(SHORT_RUN_STEPS) / "results.json").read_text())
   assert results["num_examples"] == 1000
   assert results["exact_match"] >= SHORT_RUN_MIN_EXACT, results
   out = tmp_path / "eval" / str(SHORT_RUN_STEPS)

@@ -3,7 +3,6 @@
 import io
 import json
 import logging
-import os
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, script_env
 from test_evaluation import sacrebleu_cli
 from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
@@ -23,7 +22,7 @@ from transformer.token_ids import UNK_ID
 
 
 def _script(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  env = script_env()
   return subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], input=stdin,
                         capture_output=True, text=True, env=env, timeout=300)
 

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, tiny_experiment
+from conftest import REPO, script_env, tiny_experiment
 from transformer import checkpoint, model_summary, storage
 from transformer.data import corpus_files
 from transformer.errors import NonFiniteLossError, UserError
@@ -144,7 +144,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
       logits = apply_model(Transformer(cfg), params, {{"inputs": inputs, "targets": targets}})
       np.save({str(tmp_path / 'logits.npy')!r}, np.asarray(logits))
   """)
-  env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+  env = script_env()
   subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=REPO)
   np.testing.assert_allclose(np.load(tmp_path / "logits.npy"), expected, rtol=1e-5, atol=1e-6)
 

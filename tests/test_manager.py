@@ -20,6 +20,7 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from conftest import script_env
 from transformer import checkpoint as ckpt
 from transformer.config import ModelConfig
 from transformer.training.state import TrainState
@@ -218,7 +219,7 @@ def test_interrupted_save_is_not_a_checkpoint(tmp_path):
       c.wait_until_finished()
       print("not killed")
   """)
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = script_env()
   proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True,
                         text=True, timeout=120)
   assert proc.returncode == -9, proc.stdout + proc.stderr

@@ -3,7 +3,6 @@
 A subprocess with one device reads back what 8 forced CPU devices wrote.
 """
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import script_env
 from test_manager import CONFIG, MODEL, REPO, assert_bitwise_equal, make_state
 from transformer import checkpoint as ckpt
 from transformer.checkpoint import write_config
@@ -53,8 +53,7 @@ def test_load_params_in_one_device_process(tmp_path, mesh):
       np.savez({str(out)!r}, **flat)
       print(model.d_model)
   """)
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env["JAX_PLATFORMS"] = "cpu"
+  env = script_env()
   proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True,
                         text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
