@@ -20,11 +20,11 @@ from transformer.training import evaluate, loop, steps
 from transformer.training.writers import read_metrics
 
 # 600 steps of configs/default.py (about a minute here) sit on the steep part of the learning
-# curve, where the exact-match rate moves a lot with the installed jax/XLA: with 8 forced devices
-# earlier installs decoded 89.2% of the 1000 held-out examples exactly by beam search (98.2% token
-# accuracy); with jax 0.10.2, the code of this layout and the code before it both decode 64.5%
-# (95.27% token accuracy, BLEU 91.3); single-device runs gave 59.3-93.4%. The threshold checks
-# that the model has learned to reverse, not a figure. The full 2000-step run decodes 99.6%.
+# curve, where the exact-match rate moves a lot with the installed jax/XLA and the device count:
+# with 8 forced devices earlier installs decoded 89.2% of the 1000 held-out examples exactly by
+# beam search and jax 0.10.2 64.5%; single-device runs, as this test's now are, gave 59.3-93.4%.
+# The threshold checks that the model has learned to reverse, not a figure. The full 2000-step
+# run decodes 99.6%.
 SHORT_RUN_STEPS = 600
 SHORT_RUN_MIN_EXACT = 0.5
 
