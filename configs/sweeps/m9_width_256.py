@@ -12,7 +12,7 @@ Rates: a sqrt(2) grid of three around 2.5e-3, where E5's optimum lands when carr
 d_model 64 (1e-2) and 128 (5e-3) to 256 (it halved with each doubling); one step further
 at an edge. Seeds 0-1 choose the rate on validation; seeds 3-5 run at the chosen rate only and
 are the only seeds reported (fresh_report); one data split for every seed (split_seed=0). Each
-run stores its test examples' NLL (the intervals' test-set term). About 27 runs of 25-30 minutes
+run stores its test examples' NLL (the intervals' test-set term). About 27 runs of about 25 minutes
 each with two sweep processes side by side on a 2-core machine (about 6 hours in all); a
 stopped sweep resumes where it stopped, and two processes share the points.
   python scripts/sweep.py --config=configs/sweeps/m9_width_256.py --workdir=docs/sweeps/m9_width_256

@@ -292,7 +292,7 @@ def _alternating_medians(paths: dict[str, Callable[[], Any]], repeats: int) -> d
   for _ in range(repeats):
     for name, fn in paths.items():
       runs[name] += time_call(fn, 1, warmup=0)
-  return {name: float(np.median(seconds)) for name, seconds in runs.items()}
+  return {name: statistics.median(seconds) for name, seconds in runs.items()}
 
 
 def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: int, *,
