@@ -8,7 +8,7 @@ import nbclient
 import nbformat
 import pytest
 
-from conftest import REPO
+from conftest import FAST_COMPILE, REPO
 from transformer.training import loop
 
 NOTEBOOK = REPO / "docs" / "analysis.ipynb"
@@ -28,7 +28,7 @@ def test_the_notebook_runs_top_to_bottom_on_a_tiny_run(tiny_config, tmp_path, mo
   loop.train_and_evaluate(tiny_config, workdir)
 
   monkeypatch.setenv("ANALYSIS_WORKDIR", workdir)  # the kernel inherits the environment
-  monkeypatch.delenv("XLA_FLAGS", raising=False)  # one device is enough for the analysis
+  monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)  # one device (enough) and the fast compile
   nb = nbformat.read(NOTEBOOK, as_version=4)
   for cell in nb.cells:  # run what is committed, not its saved outputs
     if cell.cell_type == "code":
