@@ -6,6 +6,7 @@
   tuning.py  a tuned field (the learning rate) searched per arm; paired differences by seed
              (with the test set's own error where stored) and a Holm correction
   report.py  results.md, results.csv and the plots (plots.py), from stored results alone
+  contrasts.py  signed sums of arms across a sweep or two, by seed (docs/contrasts.md)
 """
 
 from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,

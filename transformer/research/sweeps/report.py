@@ -23,7 +23,7 @@ from transformer.research.sweeps.stats import (cell, correlation, fit_left_out, 
 def aggregate(sweep: Sweep, workdir: str,
               command: Optional[str] = None) -> dict[str, Any]:
   """Writes results.md, results.csv and plots/*.png from the stored result.json files."""
-  results, points = _grid_results(sweep, workdir)
+  results, points = grid_results(sweep, workdir)
   groups = ordered_groups(points, results)
   fields = [f for axis in sweep.axes for f in axis] + list(sweep.tune)
   rows = _rows(groups, fields, list(sweep.metrics))
@@ -50,7 +50,7 @@ def aggregate(sweep: Sweep, workdir: str,
           "expected": len(points), "bests": bests, "paired": paired, "trends": trends}
 
 
-def _grid_results(sweep: Sweep, workdir: str) -> tuple[list[dict[str, Any]], list[Any]]:
+def grid_results(sweep: Sweep, workdir: str) -> tuple[list[dict[str, Any]], list[Any]]:
   """The stored results of the grid's points (a point the grid no longer holds is left out)
   and the grid's points as the results make them; one line if there are none."""
   results = load_results(workdir)

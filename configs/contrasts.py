@@ -1,0 +1,47 @@
+"""The contrasts docs/findings.md quotes beyond each sweep's own paired table: interactions,
+and arms of two sweeps that share seeds and splits (E1 and E2: the seed draws the same split
+in both; T1 and T2 the same). Each arm is at its own chosen rate in its own sweep.
+  python scripts/contrasts.py --config=configs/contrasts.py --out=docs/contrasts.md
+"""
+
+from transformer.research.sweeps.contrasts import Contrast
+
+
+def _e2(init: str, tied: bool, scale: str) -> tuple[str, str]:
+  return ("e2_mechanism", f"embed_init_std={init},logits_via_embedding={tied},embed_scale={scale}")
+
+
+def get_contrasts() -> list[Contrast]:
+  return [
+      Contrast("M1: no scale's cost with QK-norm minus without (QK-norm x sqrt(d))",
+               plus=(("m1_lr_ceiling", "no_scale+qk"), ("m1_lr_ceiling", "paper")),
+               minus=(("m1_lr_ceiling", "paper+qk"), ("m1_lr_ceiling", "no_scale"))),
+      Contrast("M1: QK-norm's change to scale_sum minus its change to no scale (input size x "
+               "QK-norm)",
+               plus=(("m1_lr_ceiling", "scale_sum+qk"), ("m1_lr_ceiling", "no_scale")),
+               minus=(("m1_lr_ceiling", "scale_sum"), ("m1_lr_ceiling", "no_scale+qk"))),
+      Contrast("E3: a norm on the summed input minus sqrt(d), N(0, 1/d)",
+               plus=(("e3_pre_ln", "inv_sqrt_d,embed_norm"),),
+               minus=(("e3_pre_ln", "inv_sqrt_d,sqrt_d"),)),
+      Contrast("E3: a norm on the summed input minus sqrt(d), N(0, 0.02^2)",
+               plus=(("e3_pre_ln", "0.02,embed_norm"),), minus=(("e3_pre_ln", "0.02,sqrt_d"),)),
+      # A gain is (no scale - sqrt(d)): positive when the scale helps.
+      Contrast("E2/E1: sqrt(d)'s gain untied minus its gain tied, N(0, 1/d) (tied arms: E1's)",
+               plus=(_e2("inv_sqrt_d", False, "none"), ("e1_tuned", "paper")),
+               minus=(_e2("inv_sqrt_d", False, "sqrt_d"), ("e1_tuned", "no_scale"))),
+      Contrast("E2: sqrt(d)'s gain untied minus its gain tied, N(0, 0.02^2)",
+               plus=(_e2("0.02", False, "none"), _e2("0.02", True, "sqrt_d")),
+               minus=(_e2("0.02", False, "sqrt_d"), _e2("0.02", True, "none"))),
+      Contrast("E5: no scale at d_model 128 minus at 64",
+               plus=(("e5_width", "d_model=128,d_ff=512,embed_scale=none"),),
+               minus=(("e5_width", "d_model=64,d_ff=256,embed_scale=none"),)),
+      Contrast("M3: sqrt(d)'s gain with the sinusoid minus its gain with RoPE (pre-LN)",
+               plus=(("m3_no_additive_pe", "sinusoid"), ("m3_no_additive_pe", "rope+sqrt_d")),
+               minus=(("m3_no_additive_pe", "sinusoid+sqrt_d"), ("m3_no_additive_pe", "rope"))),
+      Contrast("M7: sqrt(d)'s gain untied minus its gain tied (pre-LN, RoPE)",
+               plus=(("m7_rope_tying", "pre/untied"), ("m7_rope_tying", "pre/tied+sqrt_d")),
+               minus=(("m7_rope_tying", "pre/untied+sqrt_d"), ("m7_rope_tying", "pre/tied"))),
+      Contrast("T2 minus T1: convention (2)'s gap to the paper in test NLL",
+               plus=(("t2_translate", "conv2"), ("t1_translate", "paper")),
+               minus=(("t2_translate", "paper"), ("t1_translate", "conv2"))),
+  ]
