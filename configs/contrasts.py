@@ -1,6 +1,7 @@
 """The contrasts docs/findings.md quotes beyond each sweep's own paired table: interactions,
-and arms of two sweeps that share seeds and splits (E1 and E2: the seed draws the same split
-in both; T1 and T2 the same). Each arm is at its own chosen rate in its own sweep.
+and arms of two sweeps whose runs read the same data (E1 and E2, T1 and T2: the same corpus,
+split rule and tokenizer, so a seed draws the same split in both; the build checks it). Each
+arm is at its own chosen rate in its own sweep.
   python scripts/contrasts.py --config=configs/contrasts.py --out=docs/contrasts.md
 """
 

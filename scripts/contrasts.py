@@ -21,6 +21,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   command = f"python scripts/contrasts.py --config={_CONFIG.value} --out={_OUT.value}"
+  for flag in (_SWEEPS_DIR, _CONFIGS_DIR):  # the page names every flag it was made with
+    command += f" --{flag.name}={flag.value}" if flag.value != flag.default else ""
   page = contrasts.build(_CONFIG.value, _SWEEPS_DIR.value, _CONFIGS_DIR.value, command)
   storage.write_atomically(_OUT.value, page)
   print(page)

@@ -28,18 +28,27 @@ def test_a_contrast_is_the_signed_sum_by_seed_over_the_seeds_every_term_reports(
   half = scipy_stats.t.ppf(0.975, 2) * by_hand.std(ddof=1) / math.sqrt(3)
   assert got.seeds == 3 and got.mean == pytest.approx(by_hand.mean())
   assert (got.low, got.high) == pytest.approx((by_hand.mean() - half, by_hand.mean() + half))
-  assert not math.isfinite(got.test_se)  # no test rows: the interval is the seeds' alone
 
 
-def test_an_unknown_arm_or_file_is_one_line_naming_what_exists(tmp_path):
+def test_each_mistake_is_one_line_naming_what_is_wrong(tmp_path):
   with pytest.raises(ConfigError, match=r"sweep 'a' has no arm 'w'.*its arms: x, y\)"):
     contrasts.evaluate(Contrast("w", plus=(("a", "w"),)), {"a": {"x": {}, "y": {}}})
+  with pytest.raises(ConfigError, match=r"share 1 seed\(s\) \(\[0\]\); an interval needs 2"):
+    contrasts.evaluate(Contrast("c", plus=(("a", "x"),), minus=(("a", "y"),)),
+                       {"a": {"x": {0: 1.0, 1: 2.0}, "y": {0: 1.0, 2: 3.0}}})
+  with pytest.raises(ConfigError, match="needs at least one plus term"):
+    Contrast("c", plus=())
+  # Two sweeps whose seeds draw different splits cannot be paired by seed.
+  data = {"e": {"test_fraction": 0.02, "split_seed": None},
+          "m": {"test_fraction": 0.02, "split_seed": 0}}
+  with pytest.raises(ConfigError, match="'e' and 'm' differ in split_seed"):
+    contrasts.check_shared_data(Contrast("c", plus=(("e", "x"),), minus=(("m", "x"),)), data)
+  contrasts.check_shared_data(Contrast("c", plus=(("e", "x"), ("e", "y"))), data)
   with pytest.raises(ConfigError, match="does not exist"):
     contrasts.load_contrasts(str(tmp_path / "missing.py"))
-  (tmp_path / "empty.py").write_text("from transformer.research.sweeps.contrasts import Contrast\n"
-                                     "def get_contrasts():\n  return [Contrast('c', plus=())]\n")
-  with pytest.raises(ConfigError, match="at least one plus term"):
-    contrasts.load_contrasts(str(tmp_path / "empty.py"))
+  (tmp_path / "bad.py").write_text("def get_contrasts():\n  return [('c', 'x')]\n")
+  with pytest.raises(ConfigError, match="must return Contrast objects"):
+    contrasts.load_contrasts(str(tmp_path / "bad.py"))
 
 
 def test_build_reads_each_arm_at_its_own_chosen_rate_from_stored_results(tmp_path):
@@ -82,3 +91,16 @@ def test_the_committed_page_is_what_the_script_makes_from_the_committed_results(
   with open(os.path.join(REPO, "docs", "contrasts.md")) as f:
     # The page names its command with the committed --out.
     assert out.read_text().replace(str(out), "docs/contrasts.md") == f.read()
+
+
+def test_every_contrast_is_quoted_in_findings_with_its_interval(monkeypatch):
+  """A wrong sign or term in configs/contrasts.py shows here: findings.md quotes each contrast's
+  interval (to 3 decimals, or 2), its signs as computed ('+' may be left out)."""
+  monkeypatch.chdir(REPO)  # the sweep files name their base config from the repository root
+  evaluated = contrasts.evaluate_file("configs/contrasts.py", "docs/sweeps", "configs/sweeps")
+  with open(os.path.join(REPO, "docs", "findings.md")) as f:
+    findings = f.read().replace("+", "")
+  assert len(evaluated) >= 10
+  for c, p in evaluated:
+    quoted = [f"[{p.low:.{n}f}, {p.high:.{n}f}]" for n in (3, 2)]
+    assert any(q in findings for q in quoted), (c.name, quoted)

@@ -239,7 +239,7 @@ def tokens_per_unit(sweep: Sweep) -> Optional[int]:
   return int(config.batch_size * config.max_len)
 
 
-def _interval(low: float, high: float) -> str:
+def interval_cell(low: float, high: float) -> str:
   """A 95% interval's cell; '-' without one (fewer than 2 seeds)."""
   return f"[{low:+.4f}, {high:+.4f}]" if low == low and high == high else "-"
 
@@ -265,17 +265,17 @@ def _trend_lines(sweep: Sweep, trends: list[tuning.Trend]) -> list[str]:
            "", f"| arm | baseline | {field} | difference | 95% interval | seeds |",
            "|---|---|---|---|---|---|"]
   for t in trends:
-    lines += [f"| {t.arm} | {t.baseline} | {at(x)} | {mean:+.4f} | {_interval(low, high)} | "
+    lines += [f"| {t.arm} | {t.baseline} | {at(x)} | {mean:+.4f} | {interval_cell(low, high)} | "
               f"{len(t.by_seed)} |" for x, (mean, low, high) in sorted(t.at.items())]
   lines += ["", f"| arm | baseline | slope per tenfold {field} | 95% interval | seeds | "
             "zero at | zero at, per seed | power-law exponent p (95%, seeds) | RMS off: line, "
             "power law |", "|---|---|---|---|---|---|---|---|---|"]
   for t in trends:
     mean, low, high, n = t.slope
-    lines.append(f"| {t.arm} | {t.baseline} | {mean:+.4f} | {_interval(low, high)} | {n} | "
+    lines.append(f"| {t.arm} | {t.baseline} | {mean:+.4f} | {interval_cell(low, high)} | {n} | "
                  f"{_zero_cell(t.zero, t.xs, per)} | "
                  + "; ".join(f"{s}: {_zero_cell(z, t.xs, per)}" for s, z in t.zero_by_seed.items())
-                 + (f" | {t.power[0]:+.3f} {_interval(t.power[1], t.power[2])}, {t.power[3]} | "
+                 + (f" | {t.power[0]:+.3f} {interval_cell(t.power[1], t.power[2])}, {t.power[3]} | "
                     if t.power[3] else " | - (a difference is not above 0) | ")
                  + f"{t.residual_line:.4f}, "
                  + (f"{t.residual_power:.4f} |" if t.residual_power == t.residual_power else "- |"))
@@ -319,7 +319,7 @@ def _correlation_lines(sweep: Sweep, at_chosen: list[dict[str, Any]],
     by_arm["all arms pooled"] = [xy for pairs in by_arm.values() for xy in pairs]
     for arm, pairs in by_arm.items():
       r, low, high, n = correlation(*zip(*pairs)) if pairs else (math.nan,) * 3 + (0,)
-      lines.append(f"| {arm} | {r:+.3f} | {_interval(low, high)} | {n} |")
+      lines.append(f"| {arm} | {r:+.3f} | {interval_cell(low, high)} | {n} |")
   return lines
 
 
@@ -341,9 +341,9 @@ def _paired_lines(sweep: Sweep, paired: list[tuning.Paired], how: str) -> list[s
   head += ["seeds", "p", "Holm", "verdict"]
   lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for p, kept in zip(paired, tuning.holm(paired)):
-    cells = [p.arm, p.baseline, f"{p.mean:+.4f}", _interval(p.low, p.high)]
+    cells = [p.arm, p.baseline, f"{p.mean:+.4f}", interval_cell(p.low, p.high)]
     if with_test:
-      cells += [f"{p.test_se:.4f}" if math.isfinite(p.test_se) else "-", _interval(*p.interval)
+      cells += [f"{p.test_se:.4f}" if math.isfinite(p.test_se) else "-", interval_cell(*p.interval)
                 if math.isfinite(p.test_se) else "-"]
     cells += [str(p.seeds), f"{p.p_value:.2g}" if math.isfinite(p.p_value) else "-",
               "kept" if kept else "-", p.verdict]

@@ -166,9 +166,16 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   return result
 
 
-# What a sweep's SentencePiece model is trained from: its settings and the text it reads.
-_TOKENIZER_INPUTS = ("tokenizer", "dataset", "data_files", "eval_files", "text_split",
-                     "eval_fraction", "test_fraction", "split_seed")
+# What a run's data come from: the text it reads, how it is split (with the seed, unless
+# split_seed holds the split still) and the SentencePiece model trained on it.
+DATA_INPUTS = ("tokenizer", "dataset", "data_files", "eval_files", "text_split",
+               "eval_fraction", "test_fraction", "split_seed")
+
+
+def data_inputs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """A run's DATA_INPUTS as plain JSON values: two runs of one seed whose data_inputs are equal
+  train on, choose on and are scored on the same paragraphs."""
+  return checkpoint.to_json({k: config.get(k) for k in DATA_INPUTS})
 
 
 def tokenizer_path(sweep: Sweep, workdir: str, config: ml_collections.ConfigDict) -> str:
@@ -177,8 +184,7 @@ def tokenizer_path(sweep: Sweep, workdir: str, config: ml_collections.ConfigDict
   and fixed fields, and WORKDIR/tokenizer-KEY.model for points whose axes change them (a
   vocabulary-size axis gets one tokenizer per size)."""
   def key(c: ml_collections.ConfigDict) -> str:
-    inputs = checkpoint.to_json({k: c.get(k) for k in _TOKENIZER_INPUTS})
-    return hashlib.sha1(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+    return hashlib.sha1(json.dumps(data_inputs(c), sort_keys=True).encode()).hexdigest()[:12]
 
   own = key(config)
   shared = own == key(point_config(sweep, Point((), sweep.seeds[0])))
