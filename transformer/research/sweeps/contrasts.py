@@ -19,6 +19,7 @@ import math
 import os
 from typing import Any, Mapping, Sequence
 
+from transformer import storage
 from transformer.errors import ConfigError
 from transformer.research.sweeps import tuning
 from transformer.research.sweeps.grid import Sweep, expand, load_sweep, point_config
@@ -131,7 +132,8 @@ def evaluate_file(contrasts_path: str, sweeps_dir: str,
   data = {n: data_inputs(point_config(s, expand(s)[0])) for n, s in sweeps.items()}
   for c in contrasts:
     check_shared_data(c, data)
-  arms = {n: reported_by_seed(s, os.path.join(sweeps_dir, n)) for n, s in sweeps.items()}
+  # The results may be on gs:// (storage paths); the sweep and contrasts files are local code.
+  arms = {n: reported_by_seed(s, storage.join(sweeps_dir, n)) for n, s in sweeps.items()}
   return [(c, evaluate(c, arms)) for c in contrasts]
 
 
