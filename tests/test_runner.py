@@ -5,6 +5,8 @@ import math
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -147,18 +149,20 @@ def test_a_fixed_value_of_the_wrong_type_is_one_line_before_any_point_dir(tmp_pa
   assert not (tmp_path / "w").exists()
 
 
+def _bowl(config, workdir):
+  """Training replaced by a loss bowl in log2(lr), best at 2e-3 (sqrt_d) or 4e-3 (none)."""
+  best = 2e-3 if config.model.embed_scale == "sqrt_d" else 4e-3
+  loss = 3.0 + 0.1 * math.log2(config.learning_rate / best) ** 2 + 0.01 * config.seed
+  open(os.path.join(workdir, "metrics.jsonl"), "w").close()
+  return {"eval": {"loss": loss}, "test": {"loss": loss + 0.05}, "step": 1}
+
+
 def test_a_tuned_sweep_runs_the_grid_then_extends_an_edge(tmp_path, monkeypatch):
-  """Training replaced by a loss bowl in log2(lr): the 'none' arm's best lies above the grid,
-  so the runner adds 8e-3 (then stops: 4e-3 stays best); the other arm is left alone."""
+  """The 'none' arm's best lies above the grid, so the runner adds 8e-3 (then stops: 4e-3
+  stays best); the other arm is left alone."""
   from test_tuning import tuned_sweep
 
-  def bowl(config, workdir):
-    best = 2e-3 if config.model.embed_scale == "sqrt_d" else 4e-3
-    loss = 3.0 + 0.1 * math.log2(config.learning_rate / best) ** 2 + 0.01 * config.seed
-    open(os.path.join(workdir, "metrics.jsonl"), "w").close()
-    return {"eval": {"loss": loss}, "test": {"loss": loss + 0.05}, "step": 1}
-
-  monkeypatch.setattr(loop, "train_and_evaluate", bowl)
+  monkeypatch.setattr(loop, "train_and_evaluate", _bowl)
   sweep = tuned_sweep(seeds=(0, 1))
   done = sweeps.run_sweep(sweep, str(tmp_path))
   names = [p.name for p in done]
@@ -170,6 +174,39 @@ def test_a_tuned_sweep_runs_the_grid_then_extends_an_edge(tmp_path, monkeypatch)
   assert [(b.best, b.on_edge, b.complete) for b in bests] == [(2e-3, False, True),
                                                               (4e-3, False, True)]
   assert bests[1].report[0] == pytest.approx(3.055)
+
+
+def test_a_process_whose_remaining_points_are_held_elsewhere_waits_and_runs_what_they_open(
+    tmp_path, monkeypatch):
+  """The last point of the 'none' arm's grid is held by another process (a lock this test
+  takes): the sweep's own process runs everything else, waits instead of ending, and once that
+  point's result is in runs the edge it opens (8e-3), not the held point."""
+  from test_tuning import tuned_sweep
+
+  monkeypatch.setattr(loop, "train_and_evaluate", _bowl)
+  monkeypatch.setattr(sweeps.runner, "BUSY_POLL_SECONDS", 0.01)
+  sweep, workdir = tuned_sweep(seeds=(0, 1)), str(tmp_path)
+  held = next(p for p in sweeps.expand(sweep)
+              if p.name == "embed_scale=none,learning_rate=0.004,seed=1")
+  lock = sweeps.claim(workdir, held)
+  ran = []
+  worker = threading.Thread(target=lambda: ran.extend(sweeps.run_sweep(sweep, workdir)))
+  worker.start()
+  others = [p for p in sweeps.expand(sweep) if p != held]
+  for _ in range(2000):
+    if all(sweeps.is_finished(workdir, p) for p in others):
+      break
+    time.sleep(0.01)
+  time.sleep(0.1)
+  assert worker.is_alive()  # waiting: without the held point's result nothing more is known
+  sweeps.run_point(sweep, workdir, held)  # the other process finishes it ...
+  lock.release()  # ... and lets go
+  worker.join(timeout=60)
+  assert not worker.is_alive()
+  names = [p.name for p in ran]
+  assert held.name not in names and len(names) == len(others) + 2
+  assert names[-2:] == ["embed_scale=none,learning_rate=0.008,seed=0",
+                        "embed_scale=none,learning_rate=0.008,seed=1"]
 
 
 def test_seeds_given_on_the_command_line_are_checked_against_confirm_seeds(tmp_path):

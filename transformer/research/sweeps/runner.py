@@ -10,7 +10,8 @@ Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a te
 intervals read the test set's own sampling error from.
 A point being run holds a lock (`filelock`, released by the OS if its process dies), so
 several processes on one machine or on machines sharing the directory through a file system
-with working locks can work through one grid together; on a cluster, `launch_lines` gives
+with working locks can work through one grid together (one that finds every remaining point
+held waits for them: their results can open more); on a cluster, `launch_lines` gives
 the scheduler one command per point instead.
 """
 
@@ -41,6 +42,8 @@ from transformer.training import loop, sharding, steps, workdir_checks
 from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
+# How often a process whose remaining points are all held by other processes looks again.
+BUSY_POLL_SECONDS = 30.0
 
 
 def claim(workdir: str, point: Point) -> Optional[workdir_checks.Lock]:
@@ -234,7 +237,9 @@ def run_sweep(sweep: Sweep, workdir: str,
   """Runs every unfinished point (or those named in `only`) in order; returns the ones run.
 
   The points are recomputed after each one: a tuned sweep's search grows past an edge once
-  an arm's results are in (tuning.py), and points other processes finished are skipped.
+  an arm's results are in (tuning.py), and points other processes finished are skipped. When
+  every remaining point is held by another process, this one waits for them rather than
+  ending: their results can open points (a rate chosen, an edge extended, confirming seeds).
   """
   check_sweep(sweep)
   wanted = set(only or ())
@@ -244,20 +249,29 @@ def run_sweep(sweep: Sweep, workdir: str,
       raise ConfigError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
   done: list[Point] = []
   busy: set[str] = set()  # points another process was running when we looked
+  told: set[str] = set()  # the busy points already logged
+  first = True
   while True:
     points = tuning.points(sweep, load_results(workdir))
     points = [p for p in points if not wanted or p.name in wanted]
     todo = [p for p in points if not is_finished(workdir, p) and p.name not in busy]
-    if not done and not busy:
+    if first:
+      first = False
       logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
                    len(points) - len(todo), len(todo))
-    if not todo:
+    if not todo and not busy:
       return done
+    if not todo:  # all held elsewhere: look again once they may have finished
+      time.sleep(BUSY_POLL_SECONDS)
+      busy.clear()
+      continue
     point = todo[0]
     lock = claim(workdir, point)
     if lock is None:
-      logging.info("Sweep %s: %s is running in another process; skipped.", sweep.name,
-                   point.name)
+      if point.name not in told:
+        logging.info("Sweep %s: %s is running in another process; skipped (this process "
+                     "waits for it if nothing else is left).", sweep.name, point.name)
+        told.add(point.name)
       busy.add(point.name)
       continue
     try:
