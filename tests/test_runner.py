@@ -75,6 +75,7 @@ def test_a_point_locked_by_a_live_process_is_skipped(tmp_path):
   lock = sweeps.claim(str(tmp_path), point)
   assert lock is not None and lock.is_locked
   assert sweeps.claim(str(tmp_path), point) is None  # held by a live process (this one)
+  # Named with `only`, a held point is skipped at once (the whole grid would wait for it).
   assert sweeps.run_sweep(sweep, str(tmp_path), only=[point.name]) == []
   lock.release()  # as the OS does when the holding process dies
   again = sweeps.claim(str(tmp_path), point)

@@ -240,6 +240,7 @@ def run_sweep(sweep: Sweep, workdir: str,
   an arm's results are in (tuning.py), and points other processes finished are skipped. When
   every remaining point is held by another process, this one waits for them rather than
   ending: their results can open points (a rate chosen, an edge extended, confirming seeds).
+  Points named in `only` that another process holds are skipped (nothing they open is named).
   """
   check_sweep(sweep)
   wanted = set(only or ())
@@ -259,7 +260,7 @@ def run_sweep(sweep: Sweep, workdir: str,
       first = False
       logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
                    len(points) - len(todo), len(todo))
-    if not todo and not busy:
+    if not todo and (not busy or wanted):  # named points held elsewhere are theirs to run
       return done
     if not todo:  # all held elsewhere: look again once they may have finished
       time.sleep(BUSY_POLL_SECONDS)
