@@ -207,12 +207,24 @@ def test_a_segment_mask_is_make_attention_masks_mask():
         attention.make_attention_mask(q_valid, q_valid, **kwargs))
 
 
+# The fused kernels this machine can run: splash anywhere but a GPU (interpreted off a TPU),
+# cuDNN's only on an attached NVIDIA GPU (Ampere or newer), in half precision.
+FUSED = [pytest.param("splash", marks=pytest.mark.skipif(
+             jax.default_backend() == "gpu", reason="the TPU's kernel, refused on a GPU")),
+         pytest.param("cudnn", marks=pytest.mark.skipif(
+             not attention._cudnn_capable(), reason="needs an attached Ampere+ NVIDIA GPU"))]
+
+
+@pytest.mark.parametrize("kernel", FUSED)
 @pytest.mark.parametrize("dtype, atol", [(jnp.float32, 2e-5), (jnp.bfloat16, 3e-2)])
 @pytest.mark.parametrize("case", ["padding", "causal", "packed", "packed_causal", "cross",
                                   "softcap"])
-def test_splash_in_interpret_mode_equals_the_einsum_path(dtype, atol, case):
-  """Pallas splash attention (the TPU kernel, interpreted on this CPU): outputs and gradients
-  equal the einsum path's, for the masks the models make."""
+def test_a_fused_kernel_equals_the_einsum_path(kernel, dtype, atol, case):
+  """Pallas splash attention (the TPU kernel; interpreted on a CPU) and cuDNN's (on a GPU):
+  outputs and gradients equal the einsum path's, for the masks the models make. (A soft cap
+  sends cuDNN to the einsum path: `_fused_serves`.)"""
+  if kernel == "cudnn" and dtype == jnp.float32:
+    pytest.skip("cuDNN's kernel computes in bfloat16 or float16 (float32 is one clear line)")
   lk = 13 if case == "cross" else 20
   mask = _segment_batch(lk=lk, packed=case.startswith("packed") or case == "cross",
                         causal=case.endswith("causal") or case == "causal")
@@ -225,15 +237,15 @@ def test_splash_in_interpret_mode_equals_the_einsum_path(dtype, atol, case):
     return jnp.sum(out.astype(jnp.float32) * jnp.cos(jnp.arange(16.0))), out
 
   grads = {}
-  for impl in ("splash", "einsum"):
+  for impl in (kernel, "einsum"):
     (_, out), g = jax.value_and_grad(functools.partial(loss, impl), argnums=(0, 1, 2),
                                      has_aux=True)(q, k, v)
     grads[impl] = (out, *g)
     assert out.dtype == dtype and all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in g)
-  for a, b in zip(grads["splash"], grads["einsum"]):
+  for a, b in zip(grads[kernel], grads["einsum"]):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=atol)
   # Padding queries give zeros, as on the einsum path.
-  assert np.all(np.asarray(grads["splash"][0], np.float32)[0, -6:] == 0)
+  assert np.all(np.asarray(grads[kernel][0], np.float32)[0, -6:] == 0)
 
 
 @pytest.mark.parametrize("batch", [8, 3])  # split over the 8 devices, or whole on each
