@@ -42,6 +42,15 @@ def get_contrasts() -> list[Contrast]:
       Contrast("M7: sqrt(d)'s gain untied minus its gain tied (pre-LN, RoPE)",
                plus=(("m7_rope_tying", "pre/untied"), ("m7_rope_tying", "pre/tied+sqrt_d")),
                minus=(("m7_rope_tying", "pre/untied+sqrt_d"), ("m7_rope_tying", "pre/tied"))),
+      Contrast("M9 minus M4: no scale's cost at d_model 256, 4 layers minus at 64, 2 layers "
+               "(1200 steps each)",
+               plus=(("m9_width_256", "no_scale"), ("m4_penalty_vs_steps", "paper@1200")),
+               minus=(("m9_width_256", "paper"), ("m4_penalty_vs_steps", "no_scale@1200"))),
+      # Width, depth and length change together here: M1 trained 400 steps, M9 1200.
+      Contrast("M9 minus M1: pe_down minus the paper at d_model 256, 4 layers, 1200 steps minus "
+               "at 64, 2 layers, 400 steps",
+               plus=(("m9_width_256", "pe_down"), ("m1_lr_ceiling", "paper")),
+               minus=(("m9_width_256", "paper"), ("m1_lr_ceiling", "pe_down"))),
       Contrast("T2 minus T1: convention (2)'s gap to the paper in test NLL",
                plus=(("t2_translate", "conv2"), ("t1_translate", "paper")),
                minus=(("t2_translate", "paper"), ("t1_translate", "conv2"))),
