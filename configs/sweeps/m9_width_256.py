@@ -1,6 +1,6 @@
 """M9: the headline answers at a larger size. The paper, no scale and pe_down at d_model 256
 with 4 layers (4 heads: d_k 64, the paper's; d_ff 1024; 3.67M parameters against the small
-model's 0.36M), trained 1200 steps (2.46M tokens, 1.2 epochs of the corpus: three times the
+model's 0.23M), trained 1200 steps (2.46M tokens, 1.2 epochs of the corpus: three times the
 small model's 400 steps), each arm at its own best learning rate. Does each effect shrink,
 hold or flip with size?
 
