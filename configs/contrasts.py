@@ -1,7 +1,9 @@
 """The contrasts docs/findings.md quotes beyond each sweep's own paired table: interactions,
 and arms of two sweeps whose runs read the same data (E1 and E2, T1 and T2: the same corpus,
 split rule and tokenizer, so a seed draws the same split in both; the build checks it). Each
-arm is at its own chosen rate in its own sweep.
+arm is at its own chosen rate in its own sweep. A contrast across model sizes (E5's widths, M9
+against M1 and M4, T2 against T1) names its terms of each size in `sizes`: one seed shares the
+data there but not the initial draws, so the page adds Welch's unpaired interval.
   python scripts/contrasts.py --config=configs/contrasts.py --out=docs/contrasts.md
 """
 
@@ -10,6 +12,16 @@ from transformer.research.sweeps.contrasts import Contrast
 
 def _e2(init: str, tied: bool, scale: str) -> tuple[str, str]:
   return ("e2_mechanism", f"embed_init_std={init},logits_via_embedding={tied},embed_scale={scale}")
+
+
+def _by_sweep(plus: tuple, minus: tuple) -> tuple:
+  """`sizes` for terms whose sweeps are of one model size each: their terms grouped by sweep."""
+  sweeps = sorted({sweep for sweep, _ in plus + minus})
+  return tuple(tuple(t for t in plus + minus if t[0] == sweep) for sweep in sweeps)
+
+
+def _across(name: str, plus: tuple, minus: tuple) -> Contrast:
+  return Contrast(name, plus=plus, minus=minus, sizes=_by_sweep(plus, minus))
 
 
 def get_contrasts() -> list[Contrast]:
@@ -35,23 +47,35 @@ def get_contrasts() -> list[Contrast]:
                minus=(_e2("0.02", False, "sqrt_d"), _e2("0.02", True, "none"))),
       Contrast("E5: no scale at d_model 128 minus at 64",
                plus=(("e5_width", "d_model=128,d_ff=512,embed_scale=none"),),
-               minus=(("e5_width", "d_model=64,d_ff=256,embed_scale=none"),)),
+               minus=(("e5_width", "d_model=64,d_ff=256,embed_scale=none"),),
+               sizes=((("e5_width", "d_model=128,d_ff=512,embed_scale=none"),),
+                      (("e5_width", "d_model=64,d_ff=256,embed_scale=none"),))),
       Contrast("M3: sqrt(d)'s gain with the sinusoid minus its gain with RoPE (pre-LN)",
                plus=(("m3_no_additive_pe", "sinusoid"), ("m3_no_additive_pe", "rope+sqrt_d")),
                minus=(("m3_no_additive_pe", "sinusoid+sqrt_d"), ("m3_no_additive_pe", "rope"))),
       Contrast("M7: sqrt(d)'s gain untied minus its gain tied (pre-LN, RoPE)",
                plus=(("m7_rope_tying", "pre/untied"), ("m7_rope_tying", "pre/tied+sqrt_d")),
                minus=(("m7_rope_tying", "pre/untied+sqrt_d"), ("m7_rope_tying", "pre/tied"))),
-      Contrast("M9 minus M4: no scale's cost at d_model 256, 4 layers minus at 64, 2 layers "
-               "(1200 steps each)",
-               plus=(("m9_width_256", "no_scale"), ("m4_penalty_vs_steps", "paper@1200")),
-               minus=(("m9_width_256", "paper"), ("m4_penalty_vs_steps", "no_scale@1200"))),
+      _across("M9 minus M4: no scale's cost at d_model 256, 4 layers minus at 64, 2 layers "
+              "(1200 steps each)",
+              plus=(("m9_width_256", "no_scale"), ("m4_penalty_vs_steps", "paper@1200")),
+              minus=(("m9_width_256", "paper"), ("m4_penalty_vs_steps", "no_scale@1200"))),
+      # The two halves of that difference: each arm at d_model 256, 4 layers minus itself at
+      # d_model 64, 2 layers, after the same 1200 steps (absolute test NLL).
+      _across("M9 minus M4: no scale at d_model 256, 4 layers minus no scale at 64, 2 layers "
+              "(1200 steps each)",
+              plus=(("m9_width_256", "no_scale"),),
+              minus=(("m4_penalty_vs_steps", "no_scale@1200"),)),
+      _across("M9 minus M4: the paper at d_model 256, 4 layers minus the paper at 64, 2 layers "
+              "(1200 steps each)",
+              plus=(("m9_width_256", "paper"),),
+              minus=(("m4_penalty_vs_steps", "paper@1200"),)),
       # Width, depth and length change together here: M1 trained 400 steps, M9 1200.
-      Contrast("M9 minus M1: pe_down minus the paper at d_model 256, 4 layers, 1200 steps minus "
-               "at 64, 2 layers, 400 steps",
-               plus=(("m9_width_256", "pe_down"), ("m1_lr_ceiling", "paper")),
-               minus=(("m9_width_256", "paper"), ("m1_lr_ceiling", "pe_down"))),
-      Contrast("T2 minus T1: convention (2)'s gap to the paper in test NLL",
-               plus=(("t2_translate", "conv2"), ("t1_translate", "paper")),
-               minus=(("t2_translate", "paper"), ("t1_translate", "conv2"))),
+      _across("M9 minus M1: pe_down minus the paper at d_model 256, 4 layers, 1200 steps minus "
+              "at 64, 2 layers, 400 steps",
+              plus=(("m9_width_256", "pe_down"), ("m1_lr_ceiling", "paper")),
+              minus=(("m9_width_256", "paper"), ("m1_lr_ceiling", "pe_down"))),
+      _across("T2 minus T1: convention (2)'s gap to the paper in test NLL",
+              plus=(("t2_translate", "conv2"), ("t1_translate", "paper")),
+              minus=(("t2_translate", "paper"), ("t1_translate", "conv2"))),
   ]

@@ -5,8 +5,10 @@
 Finished points (WORKDIR/points/NAME/result.json) are skipped, so rerunning the same command
 resumes an interrupted sweep. --print_launch prints one command per unfinished point for a
 cluster instead; --aggregate_only rebuilds results.md / results.csv / plots from the stored
-results. Every point is an ordinary training run: scripts/analyze.py works on its directory.
-The work is `transformer.research.sweeps.run_command`.
+results; --dry_run prints the plan (points in order, each with its expected time);
+--time_budget=SECONDS ends the run between points; --compilation_cache=DIR keeps compiled
+programs across points and runs. Every point is an ordinary training run: scripts/analyze.py
+works on its directory. The work is `transformer.research.sweeps.run_command`.
 """
 
 
@@ -24,6 +26,15 @@ _PRINT_LAUNCH = flags.DEFINE_bool("print_launch", False,
                                   "Print one launch command per unfinished point and exit.")
 _RERUN_CHANGED = flags.DEFINE_bool(
     "rerun_changed", False, "Run again the finished points whose config the sweep file changed.")
+_TIME_BUDGET = flags.DEFINE_float(
+    "time_budget", None, "Seconds after which no point starts (a leased machine's call ends "
+    "between whole points; the same command goes on later).")
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Print the points still to run, in order, each with the time it should "
+    "take at the train step time measured here by the benchmark, and exit.")
+_COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache", None, "JAX's persistent compilation cache in this directory: the "
+    "points of an arm (and a rerun) read their programs from it instead of compiling them.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -33,7 +44,8 @@ def main(argv):
   print(sweeps.run_command(_CONFIG.value, _WORKDIR.value, points=_POINT.value, seeds=_SEEDS.value,
                            aggregate_only=_AGGREGATE_ONLY.value,
                            print_launch=_PRINT_LAUNCH.value,
-                           rerun_changed=_RERUN_CHANGED.value))
+                           rerun_changed=_RERUN_CHANGED.value, time_budget=_TIME_BUDGET.value,
+                           dry_run=_DRY_RUN.value, compilation_cache=_COMPILATION_CACHE.value))
 
 
 if __name__ == "__main__":

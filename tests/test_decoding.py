@@ -60,9 +60,9 @@ def _trained(model, steps: int = 80):
   rng = np.random.default_rng(0)
   tx = optax.adam(3e-3)
   state = train_steps.init_state(model, tx, jax.random.PRNGKey(1), _reverse_batch(rng, 2, lm))
-  step = jax.jit(train_steps.make_train_step(model, tx, lambda s: 3e-3))
+  step = jax.jit(train_steps.make_train_step(model, lambda peak: (tx, lambda s: peak)))
   for _ in range(steps):
-    state, _ = step(state, _reverse_batch(rng, 32, lm), jax.random.PRNGKey(0))
+    state, _ = step(state, _reverse_batch(rng, 32, lm), jax.random.PRNGKey(0), 3e-3)
   return state.params
 
 

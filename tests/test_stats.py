@@ -122,3 +122,21 @@ def test_correlation_and_its_fisher_interval_against_a_hand_computation():
                                        math.tanh(math.atanh(hand) + half)), rel=1e-5)
   assert math.isnan(stats.correlation([1, 2, 3], [1, 3, 2])[1])  # 3 pairs: no interval
   assert math.isnan(stats.correlation([1, 1, 1, 1], [1, 2, 3, 4])[0])  # x constant
+
+
+def test_welch_sums_independent_means_with_satterthwaites_degrees_of_freedom():
+  from scipy import stats as scipy_stats
+  a, b, c = [1.0, 2.0, 4.0], [-0.5, -0.7, -0.2, -0.6], [0.3, 0.1]
+  # By hand: s^2/n of each sample (squared deviations 14/3, 0.14, 0.02), their sum, and the
+  # Welch-Satterthwaite d.o.f.
+  va, vb, vc = 7 / 3 / 3, (0.14 / 3) / 4, 0.02 / 2
+  var = va + vb + vc
+  df = var ** 2 / (va ** 2 / 2 + vb ** 2 / 3 + vc ** 2 / 1)
+  est = 7 / 3 - 0.5 + 0.2
+  half = scipy_stats.t.ppf(0.975, df) * math.sqrt(var)
+  got = stats.welch([a, b, c])
+  assert got[:4] == pytest.approx((est, est - half, est + half, df))
+  assert got[4] == pytest.approx(2 * scipy_stats.t.sf(est / math.sqrt(var), df))
+  # A sample of one value, or no spread anywhere: no interval.
+  assert all(math.isnan(x) for x in stats.welch([a, [1.0]])[1:])
+  assert all(math.isnan(x) for x in stats.welch([[1.0, 1.0], [2.0, 2.0]])[1:])

@@ -23,8 +23,16 @@ def _setup(model_cls=Transformer, **opt):
   config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
   config.update(learning_rate=1e-2, warmup_steps=2, **opt)
   model = model_cls(cfg)
-  tx = optimizers.make_optimizer(config)
-  return model, tx, optimizers.learning_rate_fn(config)
+  tx, lr_fn = optimizers.at_peak(config, config.learning_rate)
+  return model, tx, lr_fn
+
+
+def _fixed(tx, lr_fn):
+  """make_train_step's optimizer argument for a step at the optimizer's own rate (LR: any)."""
+  return lambda peak: (tx, lr_fn)
+
+
+LR = np.float32(0.0)  # the rate argument of a step built with _fixed (unused there)
 
 
 def _batches(n, b=16, length=12, seed=0):
@@ -45,8 +53,9 @@ def _compile(model, tx, lr_fn, devices, batch, fsdp=1, **step_kw):
   state_sh = sharding.tree_shardings(jax.eval_shape(init, jax.random.PRNGKey(0)), mesh)
   repl = sharding.replicated(mesh)
   state = jax.jit(init, out_shardings=state_sh)(jax.random.PRNGKey(0))
-  step = jax.jit(steps.make_train_step(model, tx, lr_fn, label_smoothing=0.1, mesh=mesh, **step_kw),
-                 in_shardings=(state_sh, sharding.batch_sharding(mesh), repl),
+  step = jax.jit(steps.make_train_step(model, _fixed(tx, lr_fn), label_smoothing=0.1, mesh=mesh,
+                                        **step_kw),
+                 in_shardings=(state_sh, sharding.batch_sharding(mesh), repl, repl),
                  out_shardings=(state_sh, repl))
   return mesh, state, step
 
@@ -55,7 +64,7 @@ def _train(model, tx, lr_fn, devices, batches, fsdp=1, **step_kw):
   mesh, state, step = _compile(model, tx, lr_fn, devices, batches[0], fsdp, **step_kw)
   losses = []
   for batch in batches:
-    state, metrics = step(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1))
+    state, metrics = step(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1), LR)
     losses.append(float(metrics["loss_sum"] / metrics["weight_sum"]))
   return losses, sharding.to_host(state.params)
 
@@ -69,7 +78,7 @@ def _assert_same_run(run_a, run_b):
 
 def _compiled(model, tx, lr_fn, devices, batch, fsdp=1, **step_kw):
   mesh, state, step = _compile(model, tx, lr_fn, devices, batch, fsdp, **step_kw)
-  return step.lower(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1)).compile()
+  return step.lower(state, sharding.global_batch(batch, mesh), jax.random.PRNGKey(1), LR).compile()
 
 
 def _flops(compiled) -> float:
@@ -147,10 +156,10 @@ def test_step_rng_is_folded_with_the_step(devices):
   model, tx, lr_fn = _setup()
   batch = _batches(1)[0]
   state = steps.init_state(model, tx, jax.random.PRNGKey(0), {k: jnp.asarray(v) for k, v in batch.items()})
-  step = jax.jit(steps.make_train_step(model, tx, lr_fn))
-  _, m0 = step(state, batch, jax.random.PRNGKey(1))
-  _, m0_again = step(state, batch, jax.random.PRNGKey(1))
-  _, m1 = step(state.replace(step=state.step + 1), batch, jax.random.PRNGKey(1))
+  step = jax.jit(steps.make_train_step(model, _fixed(tx, lr_fn)))
+  _, m0 = step(state, batch, jax.random.PRNGKey(1), LR)
+  _, m0_again = step(state, batch, jax.random.PRNGKey(1), LR)
+  _, m1 = step(state.replace(step=state.step + 1), batch, jax.random.PRNGKey(1), LR)
   assert float(m0["loss_sum"]) == float(m0_again["loss_sum"])
   assert float(m0["loss_sum"]) != float(m1["loss_sum"])  # another step, another dropout mask
 
@@ -200,8 +209,8 @@ def test_bfloat16_computes_in_bfloat16_on_float32_params_and_state(devices):
   assert apply_model(model32, state.params, batch).dtype == jnp.float32
   out = {}
   for name, model in (("bf16", model16), ("f32", model32)):
-    new, metrics = jax.jit(steps.make_train_step(model, tx, lr_fn))(state, batch,
-                                                                     jax.random.PRNGKey(1))
+    new, metrics = jax.jit(steps.make_train_step(model, _fixed(tx, lr_fn)))(
+        state, batch, jax.random.PRNGKey(1), LR)
     out[name] = float(metrics["loss_sum"] / metrics["weight_sum"])
     assert metrics["loss_sum"].dtype == jnp.float32
     assert {x.dtype for x in jax.tree_util.tree_leaves(new.params)} == {jnp.dtype("float32")}
@@ -214,8 +223,9 @@ _DOT = re.compile(r"stablehlo\.dot_general .*: \(tensor<[^>]*x(\w+)>, tensor<[^>
 def _matmul_operand_types(model, tx, lr_fn, batch):
   """(lhs, rhs) element types of every dot_general of the lowered train step (fwd + bwd)."""
   state = steps.init_state(model, tx, jax.random.PRNGKey(0), batch)
-  text = jax.jit(steps.make_train_step(model, tx, lr_fn, label_smoothing=0.1, z_loss=1e-4)).lower(
-      state, batch, jax.random.PRNGKey(1)).as_text()
+  text = jax.jit(steps.make_train_step(model, _fixed(tx, lr_fn), label_smoothing=0.1,
+                                       z_loss=1e-4)).lower(
+      state, batch, jax.random.PRNGKey(1), LR).as_text()
   return [m.groups() for m in map(_DOT.search, text.splitlines()) if m]
 
 
@@ -236,3 +246,29 @@ def test_a_bfloat16_step_has_no_float32_matmul(model_cls, tied):
   # The same parse sees float32 matmuls where there are some: the float32 model's.
   assert set(_matmul_operand_types(model_cls(cfg.replace(dtype="float32")), tx, lr_fn,
                                    batch)) == {("f32", "f32")}
+
+
+def test_the_learning_rate_is_an_input_of_the_compiled_step(devices):
+  """Two rates lower to one program (a sweep's rates share a compilation), and a step at a
+  rate is the step of an optimizer built with that rate as a constant, to float rounding
+  (XLA folds a constant rate into its neighbours: the last bit may differ)."""
+  model, tx, _ = _setup()
+  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config.update(learning_rate=1e-2, warmup_steps=2)
+  batch = {k: jnp.asarray(v) for k, v in _batches(1)[0].items()}
+  state = steps.init_state(model, tx, jax.random.PRNGKey(0), batch)
+  step = jax.jit(steps.make_train_step(model, functools.partial(optimizers.at_peak, config)))
+  rng = jax.random.PRNGKey(1)
+  texts = {step.lower(state, batch, rng, np.float32(r)).as_text() for r in (1e-2, 3e-2)}
+  assert len(texts) == 1
+  for rate in (1e-2, 3e-2):
+    constant = config.copy_and_resolve_references()
+    constant.learning_rate = rate
+    tx_c, lr_c = optimizers.at_peak(constant, constant.learning_rate)  # rate a Python float
+    want, want_m = jax.jit(steps.make_train_step(model, _fixed(tx_c, lr_c)))(state, batch, rng, LR)
+    got, got_m = step(state, batch, rng, np.float32(rate))
+    for a, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert float(got_m["learning_rate"]) == pytest.approx(float(want_m["learning_rate"]),
+                                                          rel=1e-6)
+    assert float(got_m["learning_rate"]) > 0

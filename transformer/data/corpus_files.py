@@ -1,4 +1,5 @@
-"""Plain-text corpus files: resolving paths, reading lines, cutting documents, holding out.
+"""Plain-text corpus files (.xz and .gz read decompressed): resolving paths, reading lines,
+cutting documents, holding out.
 
 A document is a paragraph (lines up to a blank line) or a non-blank line (`TEXT_SPLITS`);
 a translation pair comes from a TSV line or from the same line of two aligned files. Each
@@ -8,7 +9,9 @@ with a warning naming the file and its first such line.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import lzma
 import os
 from typing import Any, Callable, Sequence
 
@@ -59,9 +62,14 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
 
 
 def read_lines(path: str) -> list[str]:
-  """The lines of a text file, local or gs:// (no line ends); invalid UTF-8 replaced by U+FFFD,
-  counted, warned."""
-  return split_utf8_lines(storage.as_path(path).read_bytes(), path)
+  """The lines of a text file, local or gs:// (no line ends), decompressed where its name ends
+  in .xz or .gz; invalid UTF-8 replaced by U+FFFD, counted, warned."""
+  raw = storage.as_path(path).read_bytes()
+  if path.endswith(".xz"):
+    raw = lzma.decompress(raw)
+  elif path.endswith(".gz"):
+    raw = gzip.decompress(raw)
+  return split_utf8_lines(raw, path)
 
 
 def split_utf8_lines(raw: bytes, name: str) -> list[str]:

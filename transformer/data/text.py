@@ -2,7 +2,7 @@
 
 `open_splits(config)` opens config.dataset: a local corpus (`local_corpora`: text_files,
 parallel_text) or a standard TFDS dataset, read with `tfds.data_source` from tfds_data_dir
-(prepare it once where the internet is reachable, see README '## Data'):
+(prepare it once where the internet is reachable, see docs/data.md):
   wmt14_translate/de-en, wmt17_translate/de-en (any wmtNN_translate/xx-yy): inputs =
       config.source_lang, targets = config.target_lang; eval split 'validation'.
   lm1b: targets = 'text'; eval split 'test'.
@@ -48,7 +48,7 @@ def _tfds_split(name: str, split: str, data_dir: str | None) -> Sequence[Mapping
     raise MissingFileError(
         f"TFDS dataset {name!r} split {split!r} is not prepared as array_record in {where} "
         f"({type(e).__name__}); prepare it once where the internet and TensorFlow are: `tfds "
-        f"build {name} --data_dir={where} --file_format=array_record` (README, '## Data'), or "
+        f"build {name} --data_dir={where} --file_format=array_record` (docs/data.md), or "
         "set tfds_data_dir to where it is.") from None
   except (ValueError, KeyError) as e:
     raise ConfigError(f"TFDS dataset {name!r} has no split {split!r} ({e}); set train_split / "

@@ -189,9 +189,9 @@ def _train_flops(bench: _Bench, batch_size: int) -> float:
 
 def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) -> Any:
   """Compiles and times the train step (and profiles it); returns the compiled step."""
-  cfg, key = bench.assembled.model_config, jax.random.PRNGKey(1)
+  cfg, key, train = bench.assembled.model_config, jax.random.PRNGKey(1), bench.assembled.steps.train
   start = time.perf_counter()
-  compiled = bench.assembled.steps.train.lower(bench.state, bench.batch, key).compile()
+  compiled = train.lower(bench.state, bench.batch, key).compile()
   result["compile_seconds"] = time.perf_counter() - start
   memory = compiled.memory_analysis()
   if memory is not None:
@@ -200,7 +200,7 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
 
   def run():
     for _ in range(bench.steps):
-      bench.state, metrics = compiled(bench.state, bench.batch, key)
+      bench.state, metrics = compiled(bench.state, bench.batch, key, *train.bound)
     return metrics["loss_sum"]
 
   seconds = statistics.median(time_call(run, bench.repeats)) / bench.steps
@@ -226,7 +226,7 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
 def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
   """`every` train steps with the loop's diagnostics at their end, against the same steps
   without: the diagnostics' overhead."""
-  model, key = bench.assembled.model, jax.random.PRNGKey(1)
+  model, key, train = bench.assembled.model, jax.random.PRNGKey(1), bench.assembled.steps.train
   counts = diagnostics.TokenCounts(bench.assembled.model_config.vocab_size)
 
   def train_steps(with_diagnostics: bool):
@@ -234,7 +234,7 @@ def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
     for _ in range(every):
       if with_diagnostics:  # the loop counts tokens on every step when diagnostics are on
         counts.add(bench.host)
-      bench.state, metrics = compiled(bench.state, bench.batch, key)
+      bench.state, metrics = compiled(bench.state, bench.batch, key, *train.bound)
     if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
       grads = bench.assembled.steps.grads(old, bench.batch, jax.random.fold_in(key, 0))
       diagnostics.training_diagnostics(model, old, bench.state.params, grads,

@@ -21,7 +21,7 @@ batch_size, whatever grad_accum_steps is (it only trades memory for time).
 """
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import jax
 import ml_collections
@@ -79,13 +79,15 @@ def _check_fields(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
 
 
-def learning_rate_fn(config: ml_collections.ConfigDict) -> optax.Schedule:
+def learning_rate_fn(config: ml_collections.ConfigDict,
+                     peak: Optional[Union[float, jax.Array]] = None) -> optax.Schedule:
   """The schedule, after checking the optimizer fields: optimizer updates made so far -> the
-  learning rate of the next update (what the optimizer steps with and training logs)."""
+  learning rate of the next update (what the optimizer steps with and training logs).
+  `peak` stands for config.learning_rate where given (a traced scalar in the train step)."""
   _check_fields(config)
   return schedules.make_schedule(
       config.schedule,
-      learning_rate=config.learning_rate,
+      learning_rate=config.learning_rate if peak is None else peak,
       warmup_steps=config.warmup_steps,
       total_steps=config.num_train_steps)
 
@@ -102,6 +104,16 @@ def _hidden_mask(params: Any) -> Any:
     names = [str(getattr(k, "key", getattr(k, "name", ""))) for k in path]
     return p.ndim >= 2 and "blocks" in names and "kernel" in names
   return jax.tree_util.tree_map_with_path(hidden, params)
+
+
+def at_peak(config: ml_collections.ConfigDict,
+            peak: Union[float, jax.Array]) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """(optimizer, schedule) of `config` with the peak learning rate `peak`. The train step
+  builds them from its learning-rate argument, so that the rate is an input of the compiled
+  program, not a constant in it: the points of a sweep that differ only in their rate (or
+  seed) run one compiled step. The optimizer state does not depend on the peak."""
+  schedule = learning_rate_fn(config, peak)
+  return make_optimizer(config, schedule), schedule
 
 
 def make_optimizer(config: ml_collections.ConfigDict,

@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -26,6 +27,9 @@ from transformer import models
 from transformer.models import apply_model
 from transformer.training import losses, optimizers, sharding
 from transformer.training.state import TrainState
+
+# What `optimizers.at_peak` gives for a peak learning rate: the optimizer and its schedule.
+OptimizerAtPeak = tuple[optax.GradientTransformation, optax.Schedule]
 
 Batch = dict[str, jax.Array]
 
@@ -143,12 +147,14 @@ def _accumulated(grad_fn: Callable, params: Any, batch: Batch, step_rng: jax.Arr
   return out._replace(log_z=None), grads
 
 
-def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
-                    learning_rate_fn: Callable[[jax.Array], jax.Array], *,
+def make_train_step(model: nn.Module, optimizer: Callable[[jax.Array], OptimizerAtPeak], *,
                     label_smoothing: float = 0.0, z_loss: float = 0.0,
                     grad_accum_steps: int = 1, loss_chunk_size: int = 0,
                     mesh: Optional[Mesh] = None) -> Callable[..., tuple[TrainState, dict]]:
-  """train_step(state, batch, rng) -> (state, metrics); the step's dropout key is fold_in(rng, step).
+  """train_step(state, batch, rng, learning_rate) -> (state, metrics); the step's dropout key
+  is fold_in(rng, step). `optimizer(learning_rate)` gives the optimizer and its schedule at
+  that peak rate (`optimizers.at_peak`): the rate is an input of the compiled step, so runs
+  that differ only in their rate and seed share one compilation.
 
   metrics: the `losses.LossOutput` sums of the batch (loss_sum, nll_sum, z_loss_sum,
   correct_sum, weight_sum) and grad_norm, param_norm, learning_rate (of this update).
@@ -164,7 +170,8 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
 
   grad_fn = jax.value_and_grad(loss, has_aux=True)
 
-  def train_step(state: TrainState, batch: Batch, rng: jax.Array):
+  def train_step(state: TrainState, batch: Batch, rng: jax.Array, learning_rate: jax.Array):
+    tx, learning_rate_fn = optimizer(learning_rate)
     step_rng = jax.random.fold_in(rng, state.step)  # a resumed run repeats an uninterrupted one
     if grad_accum_steps == 1:
       (_, out), grads = grad_fn(state.params, batch, step_rng)
@@ -218,21 +225,21 @@ class OnMesh:
   cannot partition runs per device. (The abstract mesh, unlike `jax.set_mesh`, may also be
   entered inside a trace: `jax.eval_shape(steps.init, ...)`.)"""
 
-  def __init__(self, fn: Callable[..., Any], mesh: Mesh):
-    self.fn, self.mesh = fn, mesh
+  def __init__(self, fn: Callable[..., Any], mesh: Mesh, bound: tuple[Any, ...] = ()):
+    self.fn, self.mesh, self.bound = fn, mesh, bound  # bound: trailing arguments, passed last
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
     with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh):
-      return self.fn(*args, **kwargs)
+      return self.fn(*args, *self.bound, **kwargs)
 
   def lower(self, *args: Any, **kwargs: Any) -> Any:
     with jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh):
-      return self.fn.lower(*args, **kwargs)
+      return self.fn.lower(*args, *self.bound, **kwargs)
 
 
 class Steps(NamedTuple):
   """What `build_steps` makes of an experiment config, every function jit-compiled."""
-  train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics), state donated
+  train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics), state donated; the peak rate bound
   eval: Callable[[Any, Batch], losses.LossOutput]  # (params, batch) -> sums
   grads: Callable[[Any, Batch, jax.Array], Any]  # (params, batch, rng) -> grads (diagnostics)
   init: Callable[[jax.Array], TrainState]  # rng -> a fresh state, laid out as state_shardings
@@ -250,8 +257,7 @@ def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh)
   optimizer state are laid out by `sharding.tree_shardings` (replicated on an all-data mesh,
   split over the fsdp axis otherwise); the state is donated to the train step.
   """
-  lr_fn = optimizers.learning_rate_fn(config)
-  tx = optimizers.make_optimizer(config, lr_fn)  # the same schedule updates and is logged
+  tx, lr_fn = optimizers.at_peak(config, config.learning_rate)  # for the state and the logs
   loss = dict(label_smoothing=config.label_smoothing, z_loss=config.z_loss)
   # Any [1, max_len] rows fix the param shapes (a decoder-only model reads only 'targets').
   rows = {k: jnp.ones((1, config.max_len), jnp.int32) for k in ("inputs", "targets")}
@@ -259,14 +265,19 @@ def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh)
   state_sh = sharding.tree_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), mesh)
   repl, data = sharding.replicated(mesh), sharding.batch_sharding(mesh)
   train = jax.jit(
-      make_train_step(model, tx, lr_fn, grad_accum_steps=config.grad_accum_steps,
+      make_train_step(model, functools.partial(optimizers.at_peak, config),
+                      grad_accum_steps=config.grad_accum_steps,
                       loss_chunk_size=config.loss_chunk_size, mesh=mesh, **loss),
-      in_shardings=(state_sh, data, repl), out_shardings=(state_sh, repl), donate_argnums=0)
+      in_shardings=(state_sh, data, repl, repl), out_shardings=(state_sh, repl),
+      donate_argnums=0)
+  # The peak rate travels as an argument (one compilation for every rate), bound here.
+  peak = jax.device_put(np.float32(config.learning_rate), repl)
   eval_step = jax.jit(make_eval_step(model, loss_chunk_size=config.loss_chunk_size, **loss),
                       in_shardings=(state_sh.params, data), out_shardings=repl)
   grads = jax.jit(make_grads_fn(model, **loss))
   init = jax.jit(init_fn, out_shardings=state_sh)
-  return Steps(*(OnMesh(fn, mesh) for fn in (train, eval_step, grads, init)), state_sh, tx, lr_fn)
+  return Steps(OnMesh(train, mesh, bound=(peak,)),
+               *(OnMesh(fn, mesh) for fn in (eval_step, grads, init)), state_sh, tx, lr_fn)
 
 
 def evaluate(eval_step: Callable[[Any, Batch], losses.LossOutput], params: Any,

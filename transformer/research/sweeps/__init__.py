@@ -10,8 +10,8 @@
 """
 
 from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
-                                              check_sweep, expand, is_finished, load_sweep,
-                                              point_config, point_dir, set_field)
+                                              check_sweep, expand, headline_arms, is_finished,
+                                              load_sweep, point_config, point_dir, set_field)
 from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.runner import (LOCK_FILE, changed_points, claim, launch_lines,
                                                 length_losses, run_point, run_sweep,
@@ -23,7 +23,7 @@ from transformer.research.sweeps.tuning import (Paired, best_per_arm, holm, pair
                                                 test_set_se)
 
 __all__ = ["POINTS_DIR", "RESULT_FILE", "LOCK_FILE", "Point", "Sweep", "aggregate", "best_per_arm",
-           "check_sweep", "paired_differences", "searched_values", "t_interval",
+           "check_sweep", "headline_arms", "paired_differences", "searched_values", "t_interval",
            "claim", "expand", "fit_slopes", "is_finished", "launch_lines", "length_losses",
            "load_results", "load_sweep", "metric_value", "point_config", "point_dir",
            "run_command", "run_point", "run_sweep", "set_field", "changed_points",

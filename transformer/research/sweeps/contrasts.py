@@ -10,6 +10,11 @@ sampling error. Terms from different sweeps must have the same data inputs (the 
 split rule and the tokenizer: `runner.data_inputs`), else a seed would pair different test
 sets. These contrasts are chosen for the text after the sweeps ran and belong to no sweep's
 Holm family; the page says so.
+
+Across model sizes one seed shares only the data (the split and the order of the training
+rows), not the initial draws. A contrast whose terms are of different sizes names them in
+`sizes`, one group of terms per size; beside the paired interval the page then gives a Welch
+interval (`stats.welch`) that takes each size's seed-by-seed sum as an independent sample.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from transformer.research.sweeps import tuning
 from transformer.research.sweeps.grid import Sweep, expand, load_sweep, point_config
 from transformer.research.sweeps.report import grid_results, interval_cell
 from transformer.research.sweeps.runner import data_inputs
+from transformer.research.sweeps.stats import welch
 from transformer.training import experiment
 
 Term = tuple[str, str]  # (sweep name, the arm's name in that sweep's tables)
@@ -37,10 +43,27 @@ class Contrast:
   name: str  # what it measures, as the text quotes it
   plus: tuple[Term, ...]
   minus: tuple[Term, ...] = ()
+  # Terms of different model sizes: every term in one group per size (not paired across them).
+  sizes: tuple[tuple[Term, ...], ...] = ()
 
   def __post_init__(self):
     if not self.plus:
       raise ConfigError(f"Contrast {self.name!r} needs at least one plus term.")
+    if self.sizes:
+      grouped = [t for group in self.sizes for t in group]
+      if (len(self.sizes) < 2 or len(grouped) != len(set(grouped))
+          or set(grouped) != set(self.plus + self.minus)):
+        raise ConfigError(f"Contrast {self.name!r}: sizes must put each of its terms in exactly "
+                          "one of 2 or more groups.")
+
+  @property
+  def signs(self) -> dict[Term, float]:
+    """Each term's net sign (+1 in plus, -1 in minus)."""
+    out: dict[Term, float] = {}
+    for sign, terms in ((1.0, self.plus), (-1.0, self.minus)):
+      for t in terms:
+        out[t] = out.get(t, 0.0) + sign
+    return out
 
   @property
   def sweeps(self) -> list[str]:
@@ -75,6 +98,36 @@ def evaluate(contrast: Contrast, arms: ArmsBySeed) -> tuning.Paired:
   return tuning.paired(contrast.name, "", total, {s: 0.0 for s in seeds})
 
 
+@dataclasses.dataclass(frozen=True)
+class Unpaired:
+  """A contrast with its sizes taken as independent samples: Welch's interval (stats.welch)."""
+  mean: float
+  low: float
+  high: float
+  df: float  # Welch-Satterthwaite degrees of freedom
+  p_value: float
+  seeds: int  # the seeds every term reports, as for the paired interval (each size's sample)
+
+  @property
+  def verdict(self) -> str:
+    if not (math.isfinite(self.low) and math.isfinite(self.high)):
+      return "not settled (too few seeds)"
+    return "higher" if self.low > 0 else "lower" if self.high < 0 else "not settled"
+
+
+def evaluate_unpaired(contrast: Contrast, arms: ArmsBySeed) -> Unpaired | None:
+  """The contrast over the same seeds as `evaluate`, each size's terms summed seed by seed and
+  the sizes taken as independent samples (Welch); None when it names no sizes."""
+  if not contrast.sizes:
+    return None
+  evaluate(contrast, arms)  # the same checks (arms known, 2 or more common seeds)
+  signs = contrast.signs
+  seeds = sorted(set.intersection(*(set(arms[s][a]) for s, a in signs)))
+  samples = [[sum(signs[t] * arms[t[0]][t[1]][seed] for t in group) for seed in seeds]
+             for group in contrast.sizes]
+  return Unpaired(*welch(samples), len(seeds))
+
+
 def check_shared_data(contrast: Contrast, data: Mapping[str, dict[str, Any]]) -> None:
   """One line if the contrast's sweeps read different data (so one seed is not one split)."""
   first, *others = contrast.sweeps
@@ -103,7 +156,12 @@ def _term_cell(contrast: Contrast) -> str:
   return plus + "".join(f" - {s}:{a}" for s, a in contrast.minus)
 
 
-def table(evaluated: Sequence[tuple[Contrast, tuning.Paired]], command: str) -> str:
+def _p_cell(p: float) -> str:
+  return f"{p:.2g}" if math.isfinite(p) else "-"
+
+
+def table(evaluated: Sequence[tuple[Contrast, tuning.Paired, Unpaired | None]],
+          command: str) -> str:
   """The markdown page: one row per contrast."""
   lines = ["# Contrasts across arms and sweeps", "",
            f"Made by `{command}` from the committed result.json files of the sweeps named. "
@@ -113,17 +171,26 @@ def table(evaluated: Sequence[tuple[Contrast, tuning.Paired]], command: str) -> 
            "of two sweeps read the same data (checked), so one seed is one split. These "
            "were chosen for the text after the sweeps ran: they are in no sweep's Holm family, "
            "and their intervals do not hold the test set's own sampling error.", "",
-           "| contrast | terms | difference | 95% interval | seeds | p | verdict |",
-           "|---|---|---|---|---|---|---|"]
-  for c, p in evaluated:
-    p_cell = f"{p.p_value:.2g}" if math.isfinite(p.p_value) else "-"
+           "Across model sizes a seed shares only the data (the split and the order of the "
+           "training rows), not the initial draws, so pairing by seed is only in part a "
+           "pairing. Where a contrast's terms are of different sizes, the last four columns "
+           "take each size's terms, summed seed by seed, as an independent sample: Welch's "
+           "interval of the same difference over the same seeds, with the Welch-Satterthwaite "
+           "degrees of freedom (d.o.f.); '-' where all terms are of one size.", "",
+           "| contrast | terms | difference | 95% interval | seeds | p | verdict "
+           "| unpaired (Welch) 95% interval | d.o.f. | p | verdict |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for c, p, u in evaluated:
+    welch_cells = ("- | - | - | -" if u is None else
+                   f"{interval_cell(u.low, u.high)} | {u.df:.1f} | {_p_cell(u.p_value)} "
+                   f"| {u.verdict}")
     lines.append(f"| {c.name} | {_term_cell(c)} | {p.mean:+.4f} | {interval_cell(p.low, p.high)} "
-                 f"| {p.seeds} | {p_cell} | {p.verdict} |")
+                 f"| {p.seeds} | {_p_cell(p.p_value)} | {p.verdict} | {welch_cells} |")
   return "\n".join(lines) + "\n"
 
 
 def evaluate_file(contrasts_path: str, sweeps_dir: str,
-                  configs_dir: str) -> list[tuple[Contrast, tuning.Paired]]:
+                  configs_dir: str) -> list[tuple[Contrast, tuning.Paired, Unpaired | None]]:
   """Every contrast of a contrasts file, each sweep it names read from configs_dir/NAME.py (the
   sweep file) and sweeps_dir/NAME (its stored results)."""
   contrasts = load_contrasts(contrasts_path)
@@ -134,7 +201,7 @@ def evaluate_file(contrasts_path: str, sweeps_dir: str,
     check_shared_data(c, data)
   # The results may be on gs:// (storage paths); the sweep and contrasts files are local code.
   arms = {n: reported_by_seed(s, storage.join(sweeps_dir, n)) for n, s in sweeps.items()}
-  return [(c, evaluate(c, arms)) for c in contrasts]
+  return [(c, evaluate(c, arms), evaluate_unpaired(c, arms)) for c in contrasts]
 
 
 def build(contrasts_path: str, sweeps_dir: str, configs_dir: str, command: str) -> str:

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
@@ -117,6 +118,20 @@ class Sweep:
   def tune_values(self, arm: "Overrides") -> list[float]:
     """The tuned field's starting grid for `arm`: its arm_values entry, else tune's."""
     return list(self.arm_values.get(self.arm_name(arm), self.tune[self.tuned_field]))
+
+
+def headline_arms(d_model: int, small_d_model: int = 64) -> dict[str, Any]:
+  """The Sweep fields (axes, arm_names, pairs) of the headline arms at width `d_model`: the
+  paper (sqrt(d) on the token), no scale, pe_down (no scale, the sinusoids divided by
+  sqrt(d_model): the paper's input divided by sqrt(d), as at every width) and ratio_matched
+  (no scale, the sinusoids times sqrt(small_d_model / d_model): the token/PE ratio at init that
+  no scale has at `small_d_model`), each also compared with no scale."""
+  return dict(
+      axes=({"model.embed_scale": ["sqrt_d", "none", "none", "none"],
+             "model.posemb_scale": [1.0, 1.0, 1.0 / math.sqrt(d_model),
+                                    math.sqrt(small_d_model / d_model)]},),
+      arm_names=("paper", "no_scale", "pe_down", "ratio_matched"),
+      pairs=(("pe_down", "no_scale"), ("ratio_matched", "no_scale")))
 
 
 def load_sweep(path: str) -> Sweep:

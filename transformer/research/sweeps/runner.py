@@ -32,18 +32,76 @@ from transformer import checkpoint, storage
 from transformer.data import pipeline
 from transformer.errors import ConfigError, NonFiniteLossError
 from transformer.inference import loading
+from transformer.research import benchmarking
 from transformer.research.sweeps import tuning
 from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
-                                              check_sweep, is_finished, load_sweep,
+                                              check_sweep, expand, is_finished, load_sweep,
                                               point_config, point_dir)
 from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
 from transformer.training import loop, sharding, steps, workdir_checks
 from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
+# JAX's events (jax.monitoring): a program compiled (or read from the persistent cache), and
+# a persistent-cache hit, recorded inside the former's span just before it ends.
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 # How often a process whose remaining points are all held by other processes looks again.
 BUSY_POLL_SECONDS = 30.0
+
+
+class CompileCounter:
+  """The programs XLA compiles in this process while `with`-active, by function name, each
+  either compiled or read from JAX's persistent compilation cache (`enable_compilation_cache`);
+  what a sweep point stores as 'compiled' (a point that differs from an earlier one of its arm
+  only in its rate and seed should compile nothing). Compilation runs in the calling thread,
+  so a cache hit is the hit event followed by the compile event that encloses it."""
+
+  _active: list["CompileCounter"] = []
+  _listening = False
+
+  def __init__(self):
+    self.compiled: dict[str, int] = {}
+    self.from_cache: dict[str, int] = {}
+    self._hit = False
+
+  @classmethod
+  def _on_event(cls, event: str, **kwargs: Any) -> None:
+    if event == _CACHE_HIT_EVENT:
+      for counter in cls._active:
+        counter._hit = True
+
+  @classmethod
+  def _on_duration(cls, event: str, duration: float, **kwargs: Any) -> None:
+    del duration
+    if event != _COMPILE_EVENT:
+      return
+    name = str(kwargs.get("fun_name", "?"))
+    for counter in cls._active:
+      into = counter.from_cache if counter._hit else counter.compiled
+      into[name] = into.get(name, 0) + 1
+      counter._hit = False
+
+  def __enter__(self) -> "CompileCounter":
+    if not CompileCounter._listening:  # once per process: JAX keeps listeners for good
+      jax.monitoring.register_event_listener(CompileCounter._on_event)
+      jax.monitoring.register_event_duration_secs_listener(CompileCounter._on_duration)
+      CompileCounter._listening = True
+    CompileCounter._active.append(self)
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    CompileCounter._active.remove(self)
+
+
+def enable_compilation_cache(directory: str) -> None:
+  """JAX's persistent compilation cache in `directory` (local or gs://), for every program
+  however quickly it compiles: a rerun, a restarted sweep or another point of an arm reads
+  its programs from there instead of compiling them."""
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def claim(workdir: str, point: Point) -> Optional[workdir_checks.Lock]:
@@ -113,7 +171,21 @@ def test_rows(run_dir: str) -> list[list[float]]:
 
 def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   """Trains `point` (resuming its own checkpoints) and writes its result.json; a run stopped
-  by SIGTERM / SIGINT writes none (status 'stopped': it resumes from its checkpoint)."""
+  by SIGTERM / SIGINT writes none (status 'stopped': it resumes from its checkpoint). The
+  result names the programs the point compiled rather than read from the persistent cache
+  ('compiled': {function: count}): a point that differs from an earlier one of its arm only
+  in its rate and seed compiles none where the cache is on."""
+  with CompileCounter() as counter:
+    result = _trained_result(sweep, workdir, point)
+  if result["status"] != "stopped":
+    result["compiled"] = dict(sorted(counter.compiled.items()))
+    storage.write_atomically(storage.join(point_dir(workdir, point), RESULT_FILE),
+                             json.dumps(result, sort_keys=True))
+  return result
+
+
+def _trained_result(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
+  """`point` trained and measured: its result (run_point writes it)."""
   run_dir = point_dir(workdir, point)
   storage.as_path(run_dir).mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
@@ -165,7 +237,6 @@ def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
                       if any(fnmatch.fnmatchcase(k, curve_pattern(c)) for c in sweep.curves)
                       or k in ("train/loss", "eval/loss")}
   result["seconds"] = time.perf_counter() - start
-  storage.write_atomically(storage.join(run_dir, RESULT_FILE), json.dumps(result, sort_keys=True))
   return result
 
 
@@ -232,9 +303,46 @@ def check_unchanged(sweep: Sweep, workdir: str, rerun_changed: bool = False) -> 
     storage.as_path(storage.join(workdir, POINTS_DIR, name)).rmtree()
 
 
-def run_sweep(sweep: Sweep, workdir: str,
-              only: Optional[Iterable[str]] = None) -> list[Point]:
-  """Runs every unfinished point (or those named in `only`) in order; returns the ones run.
+class _Budget:
+  """The time budget of one run_sweep call: its seconds (None: no budget), when it began and
+  the longest point it has run. A point after the first starts only if the call would still
+  end within the budget by the longest point so far: a call ends between whole points and
+  makes progress however short its budget."""
+
+  def __init__(self, seconds: Optional[float]):
+    self.seconds, self.began, self.longest = seconds, time.perf_counter(), 0.0
+
+  def spent(self, name: str, done: int, left: int) -> bool:
+    """Whether a next point would end past the budget (logged when so)."""
+    elapsed = time.perf_counter() - self.began
+    if self.seconds is None or elapsed + self.longest <= self.seconds:
+      return False
+    logging.warning("Sweep %s: the time budget of %.0f s is spent (%d point(s) run in %.0f s, "
+                    "the longest %.0f s); %d point(s) left: rerun the same command to "
+                    "continue.", name, self.seconds, done, elapsed, self.longest, left)
+    return True
+
+
+def _claim_or_note(sweep: Sweep, workdir: str, point: Point, busy: set[str],
+                   told: set[str]) -> Optional[workdir_checks.Lock]:
+  """The point's lock; else None, the point noted busy (and logged once)."""
+  lock = claim(workdir, point)
+  if lock is None:
+    if point.name not in told:
+      logging.info("Sweep %s: %s is running in another process; skipped (this process waits "
+                   "for it if nothing else is left).", sweep.name, point.name)
+      told.add(point.name)
+    busy.add(point.name)
+  return lock
+
+
+def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
+              time_budget: Optional[float] = None) -> list[Point]:
+  """Runs every unfinished point (or those named in `only`) in order, the points of the
+  choosing seeds before those of confirm_seeds; returns the ones run.
+
+  With `time_budget` (seconds), no point after the first starts that would end past it
+  (`_Budget`): a call on a leased machine ends between whole points; the same command goes on.
 
   The points are recomputed after each one: a tuned sweep's search grows past an edge once
   an arm's results are in (tuning.py), and points other processes finished are skipped. When
@@ -248,14 +356,16 @@ def run_sweep(sweep: Sweep, workdir: str,
     unknown = wanted - {p.name for p in tuning.points(sweep, load_results(workdir))}
     if unknown:
       raise ConfigError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
-  done: list[Point] = []
+  done, budget, first = [], _Budget(time_budget), True
   busy: set[str] = set()  # points another process was running when we looked
   told: set[str] = set()  # the busy points already logged
-  first = True
   while True:
     points = tuning.points(sweep, load_results(workdir))
     points = [p for p in points if not wanted or p.name in wanted]
     todo = [p for p in points if not is_finished(workdir, p) and p.name not in busy]
+    todo.sort(key=lambda p: p.seed in sweep.confirm_seeds)  # choosing first (sort is stable)
+    if todo and done and budget.spent(sweep.name, len(done), len(todo)):
+      return done
     if first:
       first = False
       logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
@@ -267,19 +377,13 @@ def run_sweep(sweep: Sweep, workdir: str,
       busy.clear()
       continue
     point = todo[0]
-    lock = claim(workdir, point)
+    lock = _claim_or_note(sweep, workdir, point, busy, told)
     if lock is None:
-      if point.name not in told:
-        logging.info("Sweep %s: %s is running in another process; skipped (this process "
-                     "waits for it if nothing else is left).", sweep.name, point.name)
-        told.add(point.name)
-      busy.add(point.name)
       continue
     try:
       if is_finished(workdir, point):  # finished by another process before we claimed it
         continue
-      logging.info("Sweep %s: point %s (%d left in the grid as it stands)", sweep.name,
-                   point.name, len(todo))
+      logging.info("Sweep %s: point %s (%d left)", sweep.name, point.name, len(todo))
       result = run_point(sweep, workdir, point)
     finally:
       lock.release()
@@ -287,8 +391,9 @@ def run_sweep(sweep: Sweep, workdir: str,
       logging.warning("Sweep %s: stopped by %s in %s; rerun the same command to continue.",
                       sweep.name, result["stopped_by"], point.name)
       return done
-    logging.info("Sweep %s: %s %s in %.0f s", sweep.name, point.name, result["status"],
-                 result["seconds"])
+    logging.info("Sweep %s: %s %s in %.0f s (%d program(s) compiled)", sweep.name, point.name,
+                 result["status"], result["seconds"], sum(result.get("compiled", {}).values()))
+    budget.longest = max(budget.longest, result["seconds"])
     done.append(point)
 
 
@@ -302,11 +407,59 @@ def launch_lines(sweep: Sweep, config_path: str, workdir: str) -> list[str]:
   return lines
 
 
+def plan(sweep: Sweep, workdir: str, step: dict[str, Any]) -> str:
+  """The points still to run, in the order run_sweep takes them, each with the time it should
+  take from `step` (the benchmark's figures of a train step on this machine,
+  `measured_step`): its training steps, plus one compilation for the first point of an arm
+  (the others read its programs from the cache); then the points that open later (each arm's
+  confirm_seeds at its chosen rate, and at most extend_edges more rates an edge)."""
+  step_seconds, compile_seconds = step["train_step_seconds"], step["compile_seconds"]
+  results = load_results(workdir)
+  todo = [p for p in tuning.points(sweep, results) if not is_finished(workdir, p)]
+  todo.sort(key=lambda p: p.seed in sweep.confirm_seeds)
+  started = {tuple(kv for kv in r["overrides"].items() if kv[0] not in sweep.tune)
+             for r in results}
+  lines, total = [], 0.0
+  for n, point in enumerate(todo, 1):
+    config = point_config(sweep, point)
+    seconds = config.num_train_steps * step_seconds
+    arm = tuple(kv for kv in point.overrides if kv[0] not in sweep.tune)
+    if arm not in started:
+      seconds += compile_seconds
+      started.add(arm)
+    total += seconds
+    role = "reports" if point.seed in sweep.confirm_seeds else "chooses"
+    lines.append(f"{n:3d}. {point.name}  ({role}, {config.num_train_steps} steps, "
+                 f"~{seconds:.0f} s)")
+  bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
+  later = sum(len(sweep.confirm_seeds) for b in bests if not b.complete)
+  mfu = f", MFU {step['mfu']:.1%}" if step.get("mfu") else ""
+  head = (f"Sweep {sweep.name}: {len(results)} point(s) finished, {len(todo)} to run now "
+          f"(~{total / 60:.1f} min at {step_seconds * 1e3:.1f} ms a step on {step['device']}"
+          f"{mfu}, and {compile_seconds:.0f} s of compilation an arm; evaluations, diagnostics "
+          "and the test split add to it)")
+  if later:
+    head += (f", then {later} reporting point(s) once their arms have chosen a rate (and up to "
+             f"{sweep.extend_edges} more rate(s) an edge where an arm's best is on one)")
+  return "\n".join([head + ":"] + lines)
+
+
+def measured_step(sweep: Sweep) -> dict[str, Any]:
+  """The benchmark's figures (step and compile seconds, MFU, device) of a train step of the
+  sweep's first point on this machine's devices, on random full-length batches."""
+  return benchmarking.benchmark(point_config(sweep, expand(sweep)[0]), ["train"], steps=2,
+                                repeats=1)
+
+
 def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str]] = None,
                 seeds: Optional[Sequence[int]] = None, aggregate_only: bool = False,
-                print_launch: bool = False, rerun_changed: bool = False) -> str:
+                print_launch: bool = False, rerun_changed: bool = False,
+                time_budget: Optional[float] = None, dry_run: bool = False,
+                compilation_cache: Optional[str] = None) -> str:
   """What scripts/sweep.py does: run the unfinished points (or only aggregate, or list launch
-  commands), then rebuild the report; returns the text to print."""
+  commands, or print the plan with each point's time measured on this machine), then rebuild
+  the report; returns the text to print. `time_budget`: seconds after which no point starts;
+  `compilation_cache`: JAX's persistent compilation cache there."""
   sweep = load_sweep(config_path)
   if seeds:
     try:
@@ -316,11 +469,17 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
                         "--seeds=0,1,2.") from None
     sweep = dataclasses.replace(sweep, seeds=values)
     check_sweep(sweep)  # e.g. --seeds that repeat the sweep's confirm_seeds: one line
+  if time_budget is not None and not time_budget > 0:
+    raise ConfigError(f"--time_budget={time_budget} must be a number of seconds > 0.")
   if print_launch:
     return "\n".join(launch_lines(sweep, config_path, workdir))
   check_unchanged(sweep, workdir, rerun_changed and not aggregate_only)
+  if compilation_cache:
+    enable_compilation_cache(compilation_cache)
+  if dry_run:
+    return plan(sweep, workdir, measured_step(sweep))
   if not aggregate_only:
-    run_sweep(sweep, workdir, only=points)
+    run_sweep(sweep, workdir, only=points, time_budget=time_budget)
     if not load_results(workdir):  # stopped (or every point busy elsewhere) before any finished
       return (f"No point of sweep {sweep.name} has finished yet; rerun the same command to "
               "continue it (a stopped point resumes from its checkpoint).")

@@ -136,6 +136,28 @@ def correlation(xs: Sequence[float], ys: Sequence[float],
   return r, math.tanh(center - z), math.tanh(center + z), n
 
 
+def welch(samples: Sequence[Sequence[float]],
+          confidence: float = 0.95) -> tuple[float, float, float, float, float]:
+  """(estimate, low, high, degrees of freedom, two-sided p of 0) of the sum of the means of
+  independent samples (signs folded into the values): the estimate is sum_g mean_g, its
+  variance sum_g s_g^2 / n_g, and the t quantile's degrees of freedom Welch-Satterthwaite's,
+  (sum_g s_g^2 / n_g)^2 / sum_g (s_g^2 / n_g)^2 / (n_g - 1). With two samples a and -b it is
+  Welch's unequal-variance interval of mean(a) - mean(b). NaN where a sample has fewer than 2
+  values or every sample's variance is 0."""
+  groups = [np.asarray([x for x in s if math.isfinite(x)], np.float64) for s in samples]
+  estimate = float(sum(g.mean() for g in groups)) if all(g.size for g in groups) else math.nan
+  if not groups or any(g.size < 2 for g in groups):
+    return estimate, math.nan, math.nan, math.nan, math.nan
+  parts = [g.var(ddof=1) / g.size for g in groups]
+  var = float(sum(parts))
+  if not var > 0:
+    return estimate, math.nan, math.nan, math.nan, math.nan
+  df = var ** 2 / sum(p ** 2 / (g.size - 1) for p, g in zip(parts, groups))
+  half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var)
+  p = float(2 * scipy_stats.t.sf(abs(estimate) / math.sqrt(var), df))
+  return estimate, estimate - half, estimate + half, float(df), p
+
+
 def cell(mean: float, std: float, n: int) -> str:
   if n == 0:
     return "-"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Packs what a GPU host or a TPU VM needs to run the paper-size campaign
+# (configs/sweeps/p1_paper_size.py) with no network: the package, scripts, configs and
+# launchers, the campaign's results directory (its tokenizer, the corpus manifest and every
+# point finished so far) and the xz'd corpus, as data/debian_docs_en.txt.xz.
+#   bash launch/campaign_bundle.sh /tmp/p1.tar [CORPUS]   # CORPUS: data/debian_docs_en.txt.xz
+# On the host: tar -xf p1.tar && pip install -e '.[cuda13]' (or '.[tpu]'), then the sweep
+# command of docs/research_tools.md; bring back docs/sweeps/p1_paper_size/points/*/result.json.
+set -euo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+out=${1:?usage: bash launch/campaign_bundle.sh OUT.tar [CORPUS]}
+corpus=${2:-data/debian_docs_en.txt.xz}
+out=$(realpath -m "$out")
+corpus=$(realpath -m "$corpus")
+cd "$(dirname "$0")/.."
+results=docs/sweeps/p1_paper_size
+if [[ ! -f $corpus ]]; then
+  echo "campaign_bundle: no corpus at $corpus; make it first (configs/sweeps/p1_paper_size.py" \
+       "gives the two commands)." >&2
+  exit 1
+fi
+mapfile -t files < <(git ls-files -- setup.py README.md transformer scripts configs launch "$results"
+                     find "$results/points" -name result.json 2>/dev/null || true)
+tar -cf "$out" -- "${files[@]}"
+tar -rf "$out" -C "$(dirname "$corpus")" --transform 's|.*|data/debian_docs_en.txt.xz|' \
+  -- "$(basename "$corpus")"
+echo "campaign_bundle: ${#files[@]} files and the corpus -> $out ($(du -h "$out" | cut -f1))"

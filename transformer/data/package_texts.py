@@ -1,0 +1,108 @@
+"""English text out of Debian packages (.deb files): the language-modelling corpus of the
+paper-size campaign (configs/sweeps/p1_paper_size.py), about 15.7M words.
+
+`DEBIAN_DOCS` names each package, the files of it that are read (fnmatch patterns on the
+archive's member names) and its licence as its copyright file states it. `documents` reads
+those members straight from the .deb (an `ar` archive holding data.tar.xz; no dpkg needed)
+and cuts each into paragraphs (`corpus_files.split_documents`); gzip'd members (dictd's
+.dict.dz) are decompressed, and a dictionary's documents are its entries. The text keeps its markup (reStructuredText, POD, AsciiDoc,
+dictionary entries): it is what the packages ship, not a cleaned corpus.
+Get the packages with `apt-get download PACKAGE...` (scripts/make_corpus.py --corpus=debian_docs
+says how); their versions and the output's sha256 go in the corpus's manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import gzip
+import io
+import os
+import tarfile
+from typing import Iterator, Sequence
+
+from transformer.data import corpus_files
+from transformer.errors import ConfigError, MissingFileError
+
+
+@dataclasses.dataclass(frozen=True)
+class PackageText:
+  package: str
+  members: tuple[str, ...]  # fnmatch patterns on the data archive's member names
+  licence: str
+  what: str
+
+
+DEBIAN_DOCS = (
+    PackageText("dict-gcide", ("./usr/share/dictd/gcide.dict.dz",), "GPL-2+",
+                "GNU Collaborative International Dictionary of English (Webster's 1913 and more)"),
+    PackageText("dict-wn", ("./usr/share/dictd/wn.dict.dz",), "WordNet 3.0 licence",
+                "WordNet 3.0, Princeton's lexical database of English"),
+    PackageText("linux-doc-6.1", ("./usr/share/doc/linux-doc-6.1/html/_sources/*.rst.txt",),
+                "GPL-2", "the Linux kernel's documentation, reStructuredText sources"),
+    PackageText("python3.11-doc", ("./usr/share/doc/python3.11/html/_sources/*.rst.txt",),
+                "PSF-2.0", "the Python 3.11 documentation, reStructuredText sources"),
+    PackageText("perl-doc", ("./usr/share/perl/*/pod/*.pod",), "GPL-1+ or Artistic",
+                "Perl's manual pages in POD"),
+    PackageText("git-doc", ("./usr/share/doc/git-doc/*.txt",), "GPL-2",
+                "Git's manual pages in AsciiDoc"),
+)
+
+
+def data_archive(deb: bytes, name: str) -> tarfile.TarFile:
+  """The data.tar.* member of a .deb's `ar` archive, opened (xz, gzip or bzip2)."""
+  if not deb.startswith(b"!<arch>\n"):
+    raise ConfigError(f"{name} is not a .deb (no ar header); download it with apt-get download.")
+  offset = 8
+  while offset + 60 <= len(deb):
+    header = deb[offset:offset + 60]
+    member, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
+    body = deb[offset + 60:offset + 60 + size]
+    if member.startswith("data.tar"):
+      if member.endswith(".zst"):
+        raise ConfigError(f"{name}'s data is zstd-compressed, which Python's tarfile cannot "
+                          "read; unpack it with dpkg-deb and pass the text files instead.")
+      return tarfile.open(fileobj=io.BytesIO(body), mode="r:*")
+    offset += 60 + size + size % 2  # members are 2-byte aligned
+  raise ConfigError(f"{name} holds no data.tar member; is it a complete .deb?")
+
+
+def member_texts(deb_path: str, patterns: Sequence[str]) -> Iterator[tuple[str, bytes]]:
+  """(member name, bytes) of the .deb's regular files matching `patterns`, in name order
+  (gzip'd members decompressed)."""
+  with open(deb_path, "rb") as f:
+    archive = data_archive(f.read(), deb_path)
+  with archive:
+    members = sorted((m for m in archive.getmembers() if m.isfile() and
+                      any(fnmatch.fnmatchcase(m.name, p) for p in patterns)),
+                     key=lambda m: m.name)
+    for m in members:
+      raw = archive.extractfile(m).read()
+      yield m.name, gzip.decompress(raw) if m.name.endswith((".gz", ".dz")) else raw
+
+
+def find_deb(directory: str, package: str) -> str:
+  """The one PACKAGE_*.deb in `directory`; a missing one says how to get it."""
+  found = sorted(f for f in os.listdir(directory) if f.startswith(f"{package}_") and
+                 f.endswith(".deb"))
+  if not found:
+    raise MissingFileError(f"No {package}_*.deb in {directory}; run `apt-get download "
+                           f"{package}` there (Debian 12), or pass --debs=DIR where it is.")
+  if len(found) > 1:
+    raise ConfigError(f"{directory} holds {len(found)} versions of {package} ({', '.join(found)}); "
+                      "keep one.")
+  return os.path.join(directory, found[0])
+
+
+def documents(deb_path: str, package: PackageText) -> list[str]:
+  """The paragraphs of a package's text members, in member order."""
+  docs: list[str] = []
+  for name, raw in member_texts(deb_path, package.members):
+    lines = corpus_files.split_utf8_lines(raw, f"{package.package}:{name}")
+    if name.endswith(".dict.dz"):  # dictd: an entry starts at its unindented headword line
+      lines = [x for line in lines for x in ([""] if line[:1].strip() else []) + [line]]
+    docs += [text for text, _ in corpus_files.split_documents(lines, "paragraph", name)]
+  if not docs:
+    raise ConfigError(f"{deb_path} has no member matching {list(package.members)}; is it the "
+                      f"package {package.package} of Debian 12?")
+  return docs
