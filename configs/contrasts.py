@@ -70,6 +70,12 @@ def get_contrasts() -> list[Contrast]:
               "(1200 steps each)",
               plus=(("m9_width_256", "paper"),),
               minus=(("m4_penalty_vs_steps", "paper@1200"),)),
+      # The ratio-matched arm against the small model's no scale: the same token/PE ratio at
+      # init (0.177), its cost against each size's paper after 1200 steps.
+      _across("M9 minus M4: ratio_matched's cost at d_model 256, 4 layers minus no scale's at "
+              "64, 2 layers (the same token/PE ratio at init; 1200 steps each)",
+              plus=(("m9_width_256", "ratio_matched"), ("m4_penalty_vs_steps", "paper@1200")),
+              minus=(("m9_width_256", "paper"), ("m4_penalty_vs_steps", "no_scale@1200"))),
       # Width, depth and length change together here: M1 trained 400 steps, M9 1200.
       _across("M9 minus M1: pe_down minus the paper at d_model 256, 4 layers, 1200 steps minus "
               "at 64, 2 layers, 400 steps",

@@ -22,9 +22,19 @@ if [[ ! -f $corpus ]]; then
        "gives the two commands)." >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files -- setup.py README.md transformer scripts configs launch "$results"
-                     find "$results/points" -name result.json 2>/dev/null || true)
-tar -cf "$out" -- "${files[@]}"
+if [[ ! -f $results/tokenizer.model ]]; then
+  echo "campaign_bundle: no $results/tokenizer.model; the campaign's tokenizer is committed" \
+       "there (git checkout it)." >&2
+  exit 1
+fi
+# NUL-separated (any name), each file once: the tracked files present and every finished point.
+mapfile -d '' files < <({ git ls-files -z -- setup.py README.md transformer scripts configs \
+                            launch "$results"
+                          find "$results/points" -name result.json -print0 2>/dev/null || true; } |
+                        sort -zu)
+present=()
+for f in "${files[@]}"; do [[ -f $f ]] && present+=("$f"); done
+tar -cf "$out" -- "${present[@]}"
 tar -rf "$out" -C "$(dirname "$corpus")" --transform 's|.*|data/debian_docs_en.txt.xz|' \
   -- "$(basename "$corpus")"
-echo "campaign_bundle: ${#files[@]} files and the corpus -> $out ($(du -h "$out" | cut -f1))"
+echo "campaign_bundle: ${#present[@]} files and the corpus -> $out ($(du -h "$out" | cut -f1))"

@@ -27,14 +27,16 @@ _PRINT_LAUNCH = flags.DEFINE_bool("print_launch", False,
 _RERUN_CHANGED = flags.DEFINE_bool(
     "rerun_changed", False, "Run again the finished points whose config the sweep file changed.")
 _TIME_BUDGET = flags.DEFINE_float(
-    "time_budget", None, "Seconds after which no point starts (a leased machine's call ends "
-    "between whole points; the same command goes on later).")
+    "time_budget", None, "Seconds within which the call should end: a point after the first "
+    "starts only if it would end within them by the longest point so far (a leased machine's "
+    "call ends between whole points; the same command goes on later).")
 _DRY_RUN = flags.DEFINE_bool(
     "dry_run", False, "Print the points still to run, in order, each with the time it should "
     "take at the train step time measured here by the benchmark, and exit.")
 _COMPILATION_CACHE = flags.DEFINE_string(
     "compilation_cache", None, "JAX's persistent compilation cache in this directory: the "
-    "points of an arm (and a rerun) read their programs from it instead of compiling them.")
+    "points of an arm (and a rerun) read their programs from it instead of compiling them "
+    "(without it every point compiles its own).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 

@@ -47,6 +47,9 @@ def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm
   sweep = _tiny_campaign(tmp_path)
   monkeypatch.setattr(runner, "load_sweep", lambda path: sweep)
   workdir = str(tmp_path / "w")
+  options = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+  before = {o: getattr(jax.config, o) for o in options}
   runner.enable_compilation_cache(str(tmp_path / "jax_cache"))
   try:
     plan = sweeps.run_command(CAMPAIGN, workdir, dry_run=True)
@@ -64,9 +67,9 @@ def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm
     rest = sweeps.run_sweep(sweep, workdir)
     assert len(rest) == 15 and first[0] not in rest
     assert (tmp_path / "w" / "points" / first[0].name / "result.json").read_text() == stored
-  finally:  # the cache off again for the worker's other tests
-    jax.config.update("jax_compilation_cache_dir", None)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  finally:  # the cache as it was, for the worker's other tests
+    for option, value in before.items():
+      jax.config.update(option, value)
     compilation_cache.reset_cache()
   order = first + rest
   seeds = [p.seed for p in order]
@@ -75,8 +78,7 @@ def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm
   results = {r["name"]: r for r in sweeps.load_results(workdir)}
   compiled_by_arm = {}
   for point in order:  # in the order they ran
-    arm = tuple(kv for kv in point.overrides if kv[0] != "learning_rate")
-    compiled_by_arm.setdefault(arm, []).append(
+    compiled_by_arm.setdefault(runner.arm_key(sweep, point.overrides), []).append(
         sum(results[point.name]["compiled"].values()))
   assert len(compiled_by_arm) == 4
   for arm, counts in compiled_by_arm.items():

@@ -130,3 +130,34 @@ def test_the_hidden_mask_picks_the_blocks_kernels_of_a_real_model(scan_layers):
   assert all("['blocks']" in p and p.endswith("['kernel']") for p in picked), picked
   assert not any(hidden for path, hidden in mask
                  if "['embedding']" in path or "['output_logits']" in path)
+
+
+@pytest.mark.parametrize("schedule", ["rsqrt", "cosine", "linear", "constant"])
+@pytest.mark.parametrize("name", optimizers.OPTIMIZERS)
+def test_every_optimizer_and_schedule_takes_its_peak_rate_traced(name, schedule):
+  """The train step builds the optimizer from its rate argument: every schedule and optimizer
+  must trace with the peak a traced value, and give what the same peak as a constant gives."""
+  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config.update(optimizer=name, schedule=schedule, warmup_steps=3, num_train_steps=10)
+  params = {"w": jnp.ones((2, 3)), "b": jnp.ones((3,))}
+  grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.full((3,), -0.25)}
+
+  @jax.jit
+  def update(peak, count):
+    tx, schedule_fn = optimizers.at_peak(config, peak)
+    state = tx.init(params)
+    state = jax.tree_util.tree_map(  # the step count as a traced value too
+        lambda x: jnp.asarray(count, x.dtype) if x.ndim == 0 and x.dtype == jnp.int32 else x,
+        state)
+    return tx.update(grads, state, params)[0], schedule_fn(count)
+
+  for step in (0, 4, 9):
+    traced, rate = update(np.float32(3e-3), step)
+    tx_c, schedule_c = optimizers.at_peak(config, 3e-3)
+    state = jax.tree_util.tree_map(
+        lambda x: jnp.asarray(step, x.dtype) if x.ndim == 0 and x.dtype == jnp.int32 else x,
+        tx_c.init(params))
+    constant = tx_c.update(grads, state, params)[0]
+    assert float(rate) == pytest.approx(float(schedule_c(step)), rel=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(traced), jax.tree_util.tree_leaves(constant)):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-9)

@@ -63,6 +63,10 @@ def test_a_missing_package_or_member_or_a_non_deb_is_one_line(tmp_path):
   (tmp_path / "bad.deb").write_bytes(b"not an archive")
   with pytest.raises(ConfigError, match="is not a .deb"):
     list(package_texts.member_texts(str(tmp_path / "bad.deb"), ("*",)))
+  cut = tmp_path / "cut.deb"
+  cut.write_bytes((tmp_path / "git-doc_1_all.deb").read_bytes()[:-100])  # a broken download
+  with pytest.raises(ConfigError, match="is damaged or cut short"):
+    list(package_texts.member_texts(str(cut), ("*",)))
 
 
 def test_make_corpus_writes_the_debian_docs_corpus_and_its_manifest(tmp_path):

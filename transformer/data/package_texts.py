@@ -56,13 +56,21 @@ def data_archive(deb: bytes, name: str) -> tarfile.TarFile:
   offset = 8
   while offset + 60 <= len(deb):
     header = deb[offset:offset + 60]
-    member, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
-    body = deb[offset + 60:offset + 60 + size]
+    size = int(header[48:58]) if header[58:60] == b"`\n" and header[48:58].strip().isdigit() else -1
+    if size < 0 or offset + 60 + size > len(deb):
+      raise ConfigError(f"{name} is damaged or cut short (a bad ar member header at byte "
+                        f"{offset}); download it again with apt-get download.")
+    member, body = header[:16].decode(errors="replace").strip().rstrip("/"), \
+        deb[offset + 60:offset + 60 + size]
     if member.startswith("data.tar"):
       if member.endswith(".zst"):
         raise ConfigError(f"{name}'s data is zstd-compressed, which Python's tarfile cannot "
                           "read; unpack it with dpkg-deb and pass the text files instead.")
-      return tarfile.open(fileobj=io.BytesIO(body), mode="r:*")
+      try:
+        return tarfile.open(fileobj=io.BytesIO(body), mode="r:*")
+      except (tarfile.TarError, EOFError, OSError) as e:
+        raise ConfigError(f"{name}'s {member} does not open ({e}); download it again with "
+                          "apt-get download.") from None
     offset += 60 + size + size % 2  # members are 2-byte aligned
   raise ConfigError(f"{name} holds no data.tar member; is it a complete .deb?")
 

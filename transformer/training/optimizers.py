@@ -31,6 +31,8 @@ from transformer.errors import ConfigError
 from transformer.training import schedules
 
 OPTIMIZERS = ("adam", "adamw", "adafactor", "sgd")
+# What `at_peak` gives for a peak learning rate: the optimizer and its schedule.
+OptimizerAtPeak = tuple[optax.GradientTransformation, optax.Schedule]
 
 
 def default_optimizer_fields() -> dict[str, Any]:
@@ -106,8 +108,7 @@ def _hidden_mask(params: Any) -> Any:
   return jax.tree_util.tree_map_with_path(hidden, params)
 
 
-def at_peak(config: ml_collections.ConfigDict,
-            peak: Union[float, jax.Array]) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def at_peak(config: ml_collections.ConfigDict, peak: Union[float, jax.Array]) -> OptimizerAtPeak:
   """(optimizer, schedule) of `config` with the peak learning rate `peak`. The train step
   builds them from its learning-rate argument, so that the rate is an input of the compiled
   program, not a constant in it: the points of a sweep that differ only in their rate (or

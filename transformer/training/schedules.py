@@ -57,9 +57,10 @@ def make_schedule(
     return rsqrt
   ramp = optax.linear_schedule(0.0, learning_rate, warmup)  # lr * s / warmup up to the peak
   decay_steps = total_steps + 1 - warmup  # From the peak at s = warmup to 0 at total + 1.
-  if name == "cosine":
-    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup, total_steps + 1,
-                                                  end_value=0.0)
+  if name == "cosine":  # of peak 1, times the peak: optax's form branches on its peak's value,
+    # which a traced peak (the train step's argument) does not have
+    unit = optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, total_steps + 1, end_value=0.0)
+    schedule = lambda s: learning_rate * unit(s)  # noqa: E731
   elif name == "linear":
     schedule = optax.join_schedules(
         [ramp, optax.linear_schedule(learning_rate, 0.0, decay_steps)], [warmup])

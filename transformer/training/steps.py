@@ -28,9 +28,6 @@ from transformer.models import apply_model
 from transformer.training import losses, optimizers, sharding
 from transformer.training.state import TrainState
 
-# What `optimizers.at_peak` gives for a peak learning rate: the optimizer and its schedule.
-OptimizerAtPeak = tuple[optax.GradientTransformation, optax.Schedule]
-
 Batch = dict[str, jax.Array]
 
 
@@ -147,7 +144,8 @@ def _accumulated(grad_fn: Callable, params: Any, batch: Batch, step_rng: jax.Arr
   return out._replace(log_z=None), grads
 
 
-def make_train_step(model: nn.Module, optimizer: Callable[[jax.Array], OptimizerAtPeak], *,
+def make_train_step(model: nn.Module,
+                    optimizer: Callable[[jax.Array], optimizers.OptimizerAtPeak], *,
                     label_smoothing: float = 0.0, z_loss: float = 0.0,
                     grad_accum_steps: int = 1, loss_chunk_size: int = 0,
                     mesh: Optional[Mesh] = None) -> Callable[..., tuple[TrainState, dict]]:
@@ -270,8 +268,9 @@ def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh)
                       loss_chunk_size=config.loss_chunk_size, mesh=mesh, **loss),
       in_shardings=(state_sh, data, repl, repl), out_shardings=(state_sh, repl),
       donate_argnums=0)
-  # The peak rate travels as an argument (one compilation for every rate), bound here.
-  peak = jax.device_put(np.float32(config.learning_rate), repl)
+  # The peak rate travels as an argument (one compilation for every rate), bound here as a
+  # host scalar: jit places it (a compile report's mesh may be of absent devices).
+  peak = np.float32(config.learning_rate)
   eval_step = jax.jit(make_eval_step(model, loss_chunk_size=config.loss_chunk_size, **loss),
                       in_shardings=(state_sh.params, data), out_shardings=repl)
   grads = jax.jit(make_grads_fn(model, **loss))

@@ -21,6 +21,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import threading
 import time
 from typing import Any, Iterable, Optional, Sequence
 
@@ -64,24 +65,24 @@ class CompileCounter:
   def __init__(self):
     self.compiled: dict[str, int] = {}
     self.from_cache: dict[str, int] = {}
-    self._hit = False
+    self._hit: set[int] = set()  # the threads whose compile in progress was a cache hit
 
   @classmethod
   def _on_event(cls, event: str, **kwargs: Any) -> None:
     if event == _CACHE_HIT_EVENT:
       for counter in cls._active:
-        counter._hit = True
+        counter._hit.add(threading.get_ident())
 
   @classmethod
   def _on_duration(cls, event: str, duration: float, **kwargs: Any) -> None:
     del duration
     if event != _COMPILE_EVENT:
       return
-    name = str(kwargs.get("fun_name", "?"))
+    name, thread = str(kwargs.get("fun_name", "?")), threading.get_ident()
     for counter in cls._active:
-      into = counter.from_cache if counter._hit else counter.compiled
+      into = counter.from_cache if thread in counter._hit else counter.compiled
       into[name] = into.get(name, 0) + 1
-      counter._hit = False
+      counter._hit.discard(thread)
 
   def __enter__(self) -> "CompileCounter":
     if not CompileCounter._listening:  # once per process: JAX keeps listeners for good
@@ -303,6 +304,17 @@ def check_unchanged(sweep: Sweep, workdir: str, rerun_changed: bool = False) -> 
     storage.as_path(storage.join(workdir, POINTS_DIR, name)).rmtree()
 
 
+def run_order(sweep: Sweep, points: Sequence[Point]) -> list[Point]:
+  """`points` in the order a sweep runs them: the choosing seeds' before confirm_seeds' (so
+  every arm's rate is chosen before any arm reports), grid order otherwise."""
+  return sorted(points, key=lambda p: p.seed in sweep.confirm_seeds)  # sorted() is stable
+
+
+def arm_key(sweep: Sweep, overrides: Iterable[tuple[str, Any]]) -> frozenset:
+  """The arm of a point's overrides (or a result's, as items): every field but the tuned one."""
+  return frozenset((k, v) for k, v in overrides if k not in sweep.tune)
+
+
 class _Budget:
   """The time budget of one run_sweep call: its seconds (None: no budget), when it began and
   the longest point it has run. A point after the first starts only if the call would still
@@ -312,8 +324,8 @@ class _Budget:
   def __init__(self, seconds: Optional[float]):
     self.seconds, self.began, self.longest = seconds, time.perf_counter(), 0.0
 
-  def spent(self, name: str, done: int, left: int) -> bool:
-    """Whether a next point would end past the budget (logged when so)."""
+  def would_overrun(self, name: str, done: int, left: int) -> bool:
+    """Whether a next point would end past the budget by the longest so far (logged when so)."""
     elapsed = time.perf_counter() - self.began
     if self.seconds is None or elapsed + self.longest <= self.seconds:
       return False
@@ -341,8 +353,7 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
   """Runs every unfinished point (or those named in `only`) in order, the points of the
   choosing seeds before those of confirm_seeds; returns the ones run.
 
-  With `time_budget` (seconds), no point after the first starts that would end past it
-  (`_Budget`): a call on a leased machine ends between whole points; the same command goes on.
+  With `time_budget` (seconds), the call ends between whole points (`_Budget`).
 
   The points are recomputed after each one: a tuned sweep's search grows past an edge once
   an arm's results are in (tuning.py), and points other processes finished are skipped. When
@@ -362,9 +373,9 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
   while True:
     points = tuning.points(sweep, load_results(workdir))
     points = [p for p in points if not wanted or p.name in wanted]
-    todo = [p for p in points if not is_finished(workdir, p) and p.name not in busy]
-    todo.sort(key=lambda p: p.seed in sweep.confirm_seeds)  # choosing first (sort is stable)
-    if todo and done and budget.spent(sweep.name, len(done), len(todo)):
+    todo = run_order(sweep, [p for p in points
+                             if not is_finished(workdir, p) and p.name not in busy])
+    if todo and done and budget.would_overrun(sweep.name, len(done), len(todo)):
       return done
     if first:
       first = False
@@ -373,6 +384,8 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
     if not todo and (not busy or wanted):  # named points held elsewhere are theirs to run
       return done
     if not todo:  # all held elsewhere: look again once they may have finished
+      if budget.would_overrun(sweep.name, len(done), len(busy)):
+        return done
       time.sleep(BUSY_POLL_SECONDS)
       busy.clear()
       continue
@@ -415,15 +428,14 @@ def plan(sweep: Sweep, workdir: str, step: dict[str, Any]) -> str:
   confirm_seeds at its chosen rate, and at most extend_edges more rates an edge)."""
   step_seconds, compile_seconds = step["train_step_seconds"], step["compile_seconds"]
   results = load_results(workdir)
-  todo = [p for p in tuning.points(sweep, results) if not is_finished(workdir, p)]
-  todo.sort(key=lambda p: p.seed in sweep.confirm_seeds)
-  started = {tuple(kv for kv in r["overrides"].items() if kv[0] not in sweep.tune)
-             for r in results}
+  todo = run_order(sweep, [p for p in tuning.points(sweep, results)
+                           if not is_finished(workdir, p)])
+  started = {arm_key(sweep, r["overrides"].items()) for r in results}
   lines, total = [], 0.0
   for n, point in enumerate(todo, 1):
     config = point_config(sweep, point)
     seconds = config.num_train_steps * step_seconds
-    arm = tuple(kv for kv in point.overrides if kv[0] not in sweep.tune)
+    arm = arm_key(sweep, point.overrides)
     if arm not in started:
       seconds += compile_seconds
       started.add(arm)
@@ -458,8 +470,10 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
                 compilation_cache: Optional[str] = None) -> str:
   """What scripts/sweep.py does: run the unfinished points (or only aggregate, or list launch
   commands, or print the plan with each point's time measured on this machine), then rebuild
-  the report; returns the text to print. `time_budget`: seconds after which no point starts;
-  `compilation_cache`: JAX's persistent compilation cache there."""
+  the report; returns the text to print. `time_budget`: seconds within which the points after
+  the first must be expected to end (`_Budget`); `compilation_cache`: JAX's persistent
+  compilation cache there (the one way points share their programs: each builds its own
+  jitted functions)."""
   sweep = load_sweep(config_path)
   if seeds:
     try:
@@ -473,11 +487,11 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
     raise ConfigError(f"--time_budget={time_budget} must be a number of seconds > 0.")
   if print_launch:
     return "\n".join(launch_lines(sweep, config_path, workdir))
-  check_unchanged(sweep, workdir, rerun_changed and not aggregate_only)
+  check_unchanged(sweep, workdir, rerun_changed and not aggregate_only and not dry_run)
+  if dry_run:  # measured without the cache, so that its compile time is a compilation's
+    return plan(sweep, workdir, measured_step(sweep))
   if compilation_cache:
     enable_compilation_cache(compilation_cache)
-  if dry_run:
-    return plan(sweep, workdir, measured_step(sweep))
   if not aggregate_only:
     run_sweep(sweep, workdir, only=points, time_budget=time_budget)
     if not load_results(workdir):  # stopped (or every point busy elsewhere) before any finished
