@@ -24,8 +24,9 @@ that the token/PE ratio at init is no scale's at d_model 64 (0.177, against 0.06
 Rates: E5 found the optimum halve with each doubling of d_model (1e-2 at 64, 5e-3 at 128), which
 puts it at 1.25e-3 here; a sqrt(2) grid of three around it, one step further at an edge. Seeds
 0-1 choose on validation, seeds 3-5 report on test (fresh_report); test rows stored.
-About 36 points; on one H200 a point should take well under a minute once its arm is
-compiled (the dry run measures it):
+About 36 points. On one H200 the benchmark's step is 14.2 ms (35 s of steps a point; the dry
+run measures it), but the loop ran at 33-42 ms a step, and the first point of a fresh host
+took 221 s with 50 s of dataset preparation (docs/sweeps/p1_paper_size/gpu_2026-11-27_h200/):
   python scripts/sweep.py --config=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size --dry_run
   python scripts/sweep.py --config=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size \
       --compilation_cache=/tmp/jax_cache --time_budget=480
