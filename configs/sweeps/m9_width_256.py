@@ -13,7 +13,7 @@ sqrt(64/256) = 1/2, so that the token/PE ratio at init is no scale's at d_model 
 (sqrt(2/64) = 0.177, against 0.088 with the sinusoids at full size). If the same imbalance
 costs the same at every size, its penalty against the paper is d_model 64's (0.1-0.2 nats);
 if it costs more at size, near no scale's 0.64 here. Its rates: 1.25e-3 to 2.5e-3 (about no
-scale's optimum, one step further at an edge). Its six choosing runs ran on one H200 in
+scale's optimum, one step further at an edge). Its six choosing runs ran on leased H200s in
 float32 at JAX_DEFAULT_MATMUL_PRECISION=highest (docs/sweeps/m9_width_256/gpu_2026-11-27_h200/),
 its edge and reporting runs on the CPU like the others.
 

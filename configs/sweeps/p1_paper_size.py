@@ -15,7 +15,7 @@ results (docs/sweeps/p1_paper_size/tokenizer.model), so a GPU host never trains 
 
 Steps: 64 rows of 256 tokens a step (16,384 tokens, the paper's batch is 25k a side), 2500 steps
 (41.0M tokens: 0.93 epochs of the train split's 44.0M tokens, `Datasets.count_train_tokens`,
-which scripts/analyze.py reports; the markup splits finely: 2.7 bytes of text a token), the rsqrt
+which scripts/analyze.py reports), the rsqrt
 schedule with 200 warmup steps, bfloat16 compute on float32 parameters.
 
 Arms: pe_down divides the sinusoids by sqrt(512) (no scale's input is then the paper's divided
