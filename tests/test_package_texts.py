@@ -93,3 +93,18 @@ def test_make_corpus_writes_the_debian_docs_corpus_and_its_manifest(tmp_path):
   assert [d[0] for d in docs[:2]] == ["dict-gcide paragraph one.",
                                       "dict-gcide paragraph two, word 0."]
   assert lzma.decompress(out.read_bytes()).decode().count("\n\n") == 2 * n - 1
+
+
+def test_packages_in_a_bucket_are_found_and_read(tmp_path, gcs):
+  """--debs may be a gs:// folder: the .deb is found and read through transformer.storage."""
+  from transformer import storage
+  local = _deb(tmp_path / "dict-wn_1_all.deb",
+               {"./usr/share/dictd/wn.dict.dz": gzip.compress(DICT)})
+  remote = f"gs://{gcs}/debs"
+  storage.as_path(f"{remote}/dict-wn_1_all.deb").write_bytes(open(local, "rb").read())
+  package = package_texts.PackageText("dict-wn", ("./usr/share/dictd/wn.dict.dz",), "WordNet", "x")
+  deb = package_texts.find_deb(remote, "dict-wn")
+  assert deb == f"{remote}/dict-wn_1_all.deb"
+  assert len(package_texts.documents(deb, package)) == 3
+  with pytest.raises(MissingFileError, match="No git-doc_"):
+    package_texts.find_deb(remote, "git-doc")

@@ -17,10 +17,10 @@ import dataclasses
 import fnmatch
 import gzip
 import io
-import os
 import tarfile
 from typing import Iterator, Sequence
 
+from transformer import storage
 from transformer.data import corpus_files
 from transformer.errors import ConfigError, MissingFileError
 
@@ -78,8 +78,7 @@ def data_archive(deb: bytes, name: str) -> tarfile.TarFile:
 def member_texts(deb_path: str, patterns: Sequence[str]) -> Iterator[tuple[str, bytes]]:
   """(member name, bytes) of the .deb's regular files matching `patterns`, in name order
   (gzip'd members decompressed)."""
-  with open(deb_path, "rb") as f:
-    archive = data_archive(f.read(), deb_path)
+  archive = data_archive(storage.as_path(deb_path).read_bytes(), deb_path)
   with archive:
     members = sorted((m for m in archive.getmembers() if m.isfile() and
                       any(fnmatch.fnmatchcase(m.name, p) for p in patterns)),
@@ -90,16 +89,15 @@ def member_texts(deb_path: str, patterns: Sequence[str]) -> Iterator[tuple[str, 
 
 
 def find_deb(directory: str, package: str) -> str:
-  """The one PACKAGE_*.deb in `directory`; a missing one says how to get it."""
-  found = sorted(f for f in os.listdir(directory) if f.startswith(f"{package}_") and
-                 f.endswith(".deb"))
+  """The one PACKAGE_*.deb in `directory` (local or gs://); a missing one says how to get it."""
+  found = sorted(storage.glob_files(storage.join(directory, f"{package}_*.deb")))
   if not found:
     raise MissingFileError(f"No {package}_*.deb in {directory}; run `apt-get download "
                            f"{package}` there (Debian 12), or pass --debs=DIR where it is.")
   if len(found) > 1:
-    raise ConfigError(f"{directory} holds {len(found)} versions of {package} ({', '.join(found)}); "
-                      "keep one.")
-  return os.path.join(directory, found[0])
+    names = ", ".join(p.rsplit("/", 1)[-1] for p in found)
+    raise ConfigError(f"{directory} holds {len(found)} versions of {package} ({names}); keep one.")
+  return found[0]
 
 
 def documents(deb_path: str, package: PackageText) -> list[str]:
