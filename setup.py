@@ -19,7 +19,9 @@ setuptools.setup(
         "flax>=0.10,<0.13",
         "optax>=0.2.4,<0.3",
         "orbax-checkpoint>=0.11,<0.13",
-        "tensorflow-datasets>=4.9.7,<4.10",
+        # 4.9.7-4.9.9 cannot read a prepared dataset's info with protobuf 7 ("'FieldDescriptor'
+        # object has no attribute 'label'"), which pip installs beside them today.
+        "tensorflow-datasets>=4.9.10,<4.10",
         "array-record>=0.7,<0.9",
         "grain>=0.2.10,<0.3",
         "ml-collections>=1.0,<2",

@@ -81,8 +81,10 @@ def tiny_train_flags(tfds_dir, workdir, steps=40, every=10, log_every=1):
 
 @pytest.fixture(scope="session")
 def devices():
-  assert jax.device_count() == 8, "tests expect 8 forced CPU devices (see conftest.py)"
-  return jax.devices()
+  """The 8 forced CPU devices (on a GPU host too: JAX_PLATFORMS=cuda,cpu, docs/speed.md)."""
+  cpus = jax.devices("cpu")
+  assert len(cpus) == 8, "tests expect 8 forced CPU devices (see conftest.py)"
+  return cpus
 
 
 @pytest.fixture(scope="session")

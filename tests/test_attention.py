@@ -120,17 +120,23 @@ def test_cudnn_without_a_gpu_is_one_clear_line():
     attention.dot_product_attention(q, q, q, implementation="cudnn")
 
 
+def _rows(dtype=jnp.bfloat16, length=8, head_dim=8):
+  """The shape of a query or key [1, length, 2, head_dim], as `resolve_implementation` reads it."""
+  return jax.ShapeDtypeStruct((1, length, 2, head_dim), dtype)
+
+
 def test_cudnn_in_float32_or_without_an_attached_gpu_is_one_clear_line(monkeypatch):
   monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+  monkeypatch.setattr(attention, "_compute_capability", lambda: None)
   with pytest.raises(ConfigError, match=r"^attention_impl='cudnn' needs an attached NVIDIA GPU"):
-    attention.resolve_implementation("cudnn", jnp.bfloat16)  # compiling for an absent GPU
-  monkeypatch.setattr(attention, "_cudnn_capable", lambda: True)
+    attention.resolve_implementation("cudnn", _rows(), _rows())  # compiling for an absent GPU
+  monkeypatch.setattr(attention, "_compute_capability", lambda: (9, 0))
   q = jnp.ones((1, 4, 2, 8), jnp.float32)
   with pytest.raises(ConfigError, match=r"^attention_impl='cudnn' computes in bfloat16 or float16, "
                      r"and this model computes in float32; set --config.model.dtype=bfloat16 or "
                      r"use attention_impl='auto'.$"):
     attention.dot_product_attention(q, q, q, implementation="cudnn")
-  assert attention.resolve_implementation("cudnn", jnp.bfloat16) == "cudnn"
+  assert attention.resolve_implementation("cudnn", _rows(), _rows()) == "cudnn"
 
 
 @pytest.mark.parametrize("platform, dtype, kernel", [
@@ -139,14 +145,16 @@ def test_cudnn_in_float32_or_without_an_attached_gpu_is_one_clear_line(monkeypat
     ("rocm", jnp.bfloat16, "einsum")])  # a TPU: the test below
 def test_auto_picks_the_kernel_of_the_chip(monkeypatch, platform, dtype, kernel):
   monkeypatch.setattr(attention, "target_platform", lambda: platform)
-  monkeypatch.setattr(attention, "_cudnn_capable", lambda: True)  # an Ampere+ GPU attached
-  assert attention.resolve_implementation("auto", dtype) == kernel
-  assert attention.resolve_implementation("einsum", dtype) == "einsum"  # a named one is kept
-  monkeypatch.setattr(attention, "_cudnn_capable", lambda: False)  # older, or not attached
-  assert attention.resolve_implementation("auto", dtype) == (
-      "einsum" if kernel == "cudnn" else kernel)
+  monkeypatch.setattr(attention, "_compute_capability", lambda: (8, 0))  # an Ampere attached
+  assert attention.resolve_implementation("auto", _rows(dtype), _rows(dtype)) == kernel
+  assert attention.resolve_implementation("einsum", _rows(dtype), _rows(dtype)) == "einsum"
+  for older in (None, (7, 5)):  # not attached, or older than Ampere
+    monkeypatch.setattr(attention, "_compute_capability", lambda: older)
+    assert attention.resolve_implementation("auto", _rows(dtype), _rows(dtype)) == (
+        "einsum" if kernel == "cudnn" else kernel)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="assumes a CPU host")
 def test_auto_is_the_einsum_path_on_this_cpu_and_the_default():
   assert attention.target_platform() == "cpu"
   assert ModelConfig().attention_impl == "auto"
@@ -157,29 +165,121 @@ def test_auto_is_the_einsum_path_on_this_cpu_and_the_default():
       attention.dot_product_attention(q, k, v, mask=mask, implementation="einsum"))
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="assumes the 8 CPU devices are the default ones")
 def test_auto_takes_splash_on_a_tpu_only_where_it_can_run_per_device(monkeypatch, devices):
   """A Mosaic kernel is not partitioned by XLA: with several chips and no mesh in context
   (a caller outside the train step) 'auto' is the einsum path; with the mesh, splash."""
   monkeypatch.setattr(attention, "target_platform", lambda: "tpu")
   assert jax.device_count() == 8
-  assert attention.resolve_implementation("auto", jnp.bfloat16) == "einsum"
+  assert attention.resolve_implementation("auto", _rows(), _rows()) == "einsum"
   with jax.set_mesh(jax.sharding.Mesh(np.array(devices).reshape(4, 2), ("data", "fsdp"))):
-    assert attention.resolve_implementation("auto", jnp.bfloat16) == "splash"
+    assert attention.resolve_implementation("auto", _rows(), _rows()) == "splash"
 
 
 def test_splash_on_a_gpu_is_one_clear_line(monkeypatch):
   monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
   with pytest.raises(ConfigError, match="attention_impl='splash' is the TPU's kernel"):
-    attention.resolve_implementation("splash", jnp.bfloat16)
+    attention.resolve_implementation("splash", _rows(), _rows())
 
 
 def test_the_kernel_a_step_runs_names_the_einsum_fallbacks(monkeypatch):
   monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
-  monkeypatch.setattr(attention, "_cudnn_capable", lambda: True)
+  monkeypatch.setattr(attention, "_compute_capability", lambda: (9, 0))
   cfg = ModelConfig(dtype="bfloat16")
-  assert attention.step_kernel(cfg) == "cudnn"
-  assert attention.step_kernel(cfg.replace(attn_logit_softcap=5.0)) == "einsum"
-  assert attention.step_kernel(cfg.replace(attention_dropout_rate=0.1)) == "einsum"
+  assert attention.step_kernel(cfg, 256) == "cudnn"
+  assert attention.step_kernel(cfg.replace(attn_logit_softcap=5.0), 256) == "einsum"
+  assert attention.step_kernel(cfg.replace(attention_dropout_rate=0.1), 256) == "einsum"
+
+
+# ---- cuDNN's refusals, traced on this CPU as on a GPU host ----
+def _attach_a_gpu(monkeypatch, capability):
+  """This CPU made to look, to the project and to JAX's cuDNN lowering, like a host with an
+  NVIDIA GPU of `capability` attached: the platform and compute capability the project reads,
+  and the cuDNN version and compute-capability queries of JAX's checks (`jax_cudnn`)."""
+  jax_cudnn = pytest.importorskip("jax._src.cudnn.fused_attention_stablehlo")
+  queries = ("check_cudnn_version", "check_compute_capability", "is_cuda_compute_capability_equal")
+  if not all(hasattr(jax_cudnn, name) for name in queries):
+    pytest.skip("this jax's cuDNN lowering has other queries to patch")
+  version = lambda text: tuple(int(x) for x in text.split("."))  # noqa: E731
+  monkeypatch.setattr(attention, "target_platform", lambda: "gpu")
+  monkeypatch.setattr(attention, "_compute_capability", lambda: capability)
+  monkeypatch.setattr(jax_cudnn, "check_cudnn_version", lambda: 90800)
+  monkeypatch.setattr(jax_cudnn, "check_compute_capability", lambda c: capability >= version(c))
+  monkeypatch.setattr(jax_cudnn, "is_cuda_compute_capability_equal",
+                      lambda c: capability == version(c))
+
+
+def _traced_step(cfg, length, packed=False):
+  """The jaxpr (text) of a training step of `cfg`'s model on rows of `length` tokens (packed:
+  two segments a row, as the language-model pipeline packs them)."""
+  import optax
+  from transformer.models import DecoderOnly, Transformer
+  from transformer.training import steps
+  model = (DecoderOnly if packed else Transformer)(cfg)
+  batch = {k: jnp.ones((2, length), jnp.int32) for k in model.batch_keys}
+  if packed:
+    segments = 1 + (np.arange(length) >= length // 2)
+    batch["targets_segmentation"] = jnp.asarray(np.tile(segments, (2, 1)))
+    batch["targets_position"] = jnp.asarray(np.tile(np.arange(length) % (length // 2), (2, 1)))
+  tx = optax.adam(1e-3)
+  state = jax.eval_shape(functools.partial(steps.init_state, model, tx, batch=batch),
+                         jax.random.PRNGKey(0))
+  step = steps.make_train_step(model, lambda peak: (tx, lambda count: peak))
+  return str(jax.make_jaxpr(step)(state, batch, jax.random.PRNGKey(1), np.float32(1e-3)))
+
+
+_CUDNN_CALL = "dot_product_attention_fwd"  # the primitive of cuDNN's kernel in a jaxpr
+# Each refusal of JAX's cuDNN lowering a project config reaches: (model fields, row length,
+# the GPU's compute capability, the words of the one-line refusal of an explicit 'cudnn').
+CUDNN_REFUSALS = {
+    "float32": (dict(dtype="float32"), 16, (9, 0), "computes in bfloat16 or float16"),
+    "head dim not a multiple of 8": (dict(head_dim=12), 16, (9, 0),
+                                     "a multiple of 8 and at most 256 .* this model's is 12"),
+    "head dim above Hopper's 256": (dict(head_dim=264), 16, (9, 0), "at most 256"),
+    "head dim above Ampere's 128": (dict(head_dim=192), 16, (8, 0),
+                                    "at most 128 on a GPU of compute capability 8.0"),
+    "odd length (configs/default.py's 17)": (dict(), 17, (9, 0),
+                                             "even lengths only .* 17 queries and 17 keys"),
+    "odd length, packed rows": (dict(packed=True), 17, (9, 0), "even lengths only"),
+}
+
+
+def _cudnn_case(fields):
+  fields = dict(fields)
+  packed = fields.pop("packed", False)
+  cfg = ModelConfig(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
+                    num_decoder_layers=1, max_len=32, dtype="bfloat16").replace(**fields)
+  return cfg, packed
+
+
+@pytest.mark.parametrize("case", list(CUDNN_REFUSALS))
+def test_auto_falls_back_where_jaxs_cudnn_lowering_refuses(monkeypatch, case):
+  """Where JAX's own lowering refuses the step's attention (shown first, with JAX's checks
+  made to pass for the GPU), 'auto' traces the step on the einsum path and `step_kernel`
+  says so; an explicit 'cudnn' is one line naming the condition."""
+  fields, length, capability, words = CUDNN_REFUSALS[case]
+  _attach_a_gpu(monkeypatch, capability)
+  cfg, packed = _cudnn_case(fields)
+  rows = jnp.ones((2, length, cfg.num_heads, cfg.qk_dim), cfg.compute_dtype)
+  loss = lambda q: jnp.sum(jax.nn.dot_product_attention(  # noqa: E731
+      q, q, q, implementation="cudnn").astype(jnp.float32))
+  with pytest.raises(NotImplementedError):  # JAX's lowering itself refuses these inputs
+    jax.make_jaxpr(jax.grad(loss))(rows)
+  assert attention.step_kernel(cfg, length) == "einsum"
+  assert _CUDNN_CALL not in _traced_step(cfg, length, packed)
+  with pytest.raises(ConfigError, match=f"^attention_impl='cudnn' .*{words}") as refused:
+    _traced_step(cfg.replace(attention_impl="cudnn"), length, packed)
+  assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_auto_takes_cudnn_where_jaxs_lowering_accepts_the_step(monkeypatch, packed):
+  """The control of the test above: bfloat16, head dim 16, even lengths, on a Hopper."""
+  _attach_a_gpu(monkeypatch, (9, 0))
+  cfg, _ = _cudnn_case({})
+  assert attention.step_kernel(cfg, 16) == "cudnn"
+  assert _CUDNN_CALL in _traced_step(cfg, 16, packed)
 
 
 def _segment_batch(b=2, lq=20, lk=20, packed=False, causal=False):
@@ -212,7 +312,8 @@ def test_a_segment_mask_is_make_attention_masks_mask():
 FUSED = [pytest.param("splash", marks=pytest.mark.skipif(
              jax.default_backend() == "gpu", reason="the TPU's kernel, refused on a GPU")),
          pytest.param("cudnn", marks=pytest.mark.skipif(
-             not attention._cudnn_capable(), reason="needs an attached Ampere+ NVIDIA GPU"))]
+             (attention._compute_capability() or (0, 0)) < (8, 0),
+             reason="needs an attached Ampere+ NVIDIA GPU"))]
 
 
 @pytest.mark.parametrize("kernel", FUSED)
@@ -225,7 +326,8 @@ def test_a_fused_kernel_equals_the_einsum_path(kernel, dtype, atol, case):
   sends cuDNN to the einsum path: `_fused_serves`.)"""
   if kernel == "cudnn" and dtype == jnp.float32:
     pytest.skip("cuDNN's kernel computes in bfloat16 or float16 (float32 is one clear line)")
-  lk = 13 if case == "cross" else 20
+  # cuDNN takes even lengths only ('auto' sends odd ones to einsum: the tests above and below).
+  lk = (14 if kernel == "cudnn" else 13) if case == "cross" else 20
   mask = _segment_batch(lk=lk, packed=case.startswith("packed") or case == "cross",
                         causal=case.endswith("causal") or case == "causal")
   softcap = 2.0 if case == "softcap" else None
@@ -246,6 +348,29 @@ def test_a_fused_kernel_equals_the_einsum_path(kernel, dtype, atol, case):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=atol)
   # Padding queries give zeros, as on the einsum path.
   assert np.all(np.asarray(grads[kernel][0], np.float32)[0, -6:] == 0)
+
+
+ON_A_GPU = pytest.mark.skipif((attention._compute_capability() or (0, 0)) < (8, 0),
+                              reason="needs an attached Ampere+ NVIDIA GPU (docs/speed.md)")
+
+
+@ON_A_GPU
+@pytest.mark.parametrize("lq, lk", [(256, 256), (17, 17), (20, 13)])
+def test_auto_on_a_gpu_runs_the_models_shapes_and_odd_lengths(lq, lk):
+  """'auto' in bfloat16 on the GPU, at base's attention shape (cuDNN) and at odd lengths (the
+  einsum path): outputs and gradients equal the einsum path's on padded, causal rows."""
+  mask = _segment_batch(b=4, lq=lq, lk=lk, causal=lq == lk)
+  q, k, v = (jnp.asarray(a, jnp.bfloat16) for a in _qkv(b=4, lq=lq, lk=lk, h=8, d=64))
+
+  def grads(impl):
+    loss = lambda q, k, v: jnp.sum(attention.dot_product_attention(  # noqa: E731
+        q, k, v, mask=mask, implementation=impl).astype(jnp.float32) * jnp.cos(jnp.arange(64.0)))
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(q, k, v)
+
+  (auto_loss, auto_grads), (ref_loss, ref_grads) = grads("auto"), grads("einsum")
+  assert auto_loss == pytest.approx(float(ref_loss), rel=2e-2)
+  for a, b in zip(auto_grads, ref_grads):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=3e-2)
 
 
 @pytest.mark.parametrize("batch", [8, 3])  # split over the 8 devices, or whole on each
@@ -362,3 +487,19 @@ def test_qkv_init_output_variance(num_heads, head_dim):
 def test_qkv_init_is_validated():
   with pytest.raises(ConfigError, match="qkv_init"):
     ModelConfig(qkv_init="he")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("lk", [9, 12])
+def test_has_key_of_an_unpacked_segment_mask_is_the_dense_masks(causal, lk):
+  """From the mask's factors, for any pattern of valid queries and keys (padding first, in
+  the middle, whole rows of it), as the dense mask says."""
+  rng = np.random.default_rng(lk + causal)
+  q_valid, kv_valid = rng.random((6, 12)) > 0.4, rng.random((6, lk)) > 0.6
+  q_valid[0], kv_valid[1], kv_valid[2, :3] = False, False, False  # empty rows, late keys
+  mask = attention.segment_mask(jnp.asarray(q_valid), jnp.asarray(kv_valid), causal=causal)
+  np.testing.assert_array_equal(attention.has_key(mask), jnp.any(mask.dense(), axis=-1))
+  packed = attention.segment_mask(jnp.asarray(q_valid), jnp.asarray(kv_valid), causal=causal,
+                                  q_segmentation=jnp.ones((6, 12), jnp.int32),
+                                  kv_segmentation=jnp.ones((6, lk), jnp.int32))
+  np.testing.assert_array_equal(attention.has_key(packed), jnp.any(packed.dense(), axis=-1))

@@ -4,6 +4,9 @@ import json
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from conftest import REPO, script_env
@@ -72,10 +75,30 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   assert [t.stat().st_size > 0 for t in (tmp_path / "profile").rglob("*.xplane.pb")] == [True]
 
 
-def test_benchmark_decoding_reports_both_paths():
+@pytest.mark.parametrize("model_type", ["seq2seq", "lm"])
+def test_benchmark_decoding_reports_both_paths_for_every_model_kind(model_type):
   result = benchmarking.benchmark_decoding(
       ModelConfig(vocab_size=20, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
                   num_decoder_layers=1, max_len=8, dropout_rate=0.0), batch_size=2, num_tokens=8,
-                                       source_len=4, bucket=8, repeats=2)
+      model_type=model_type, source_len=4, bucket=8, repeats=2)
   assert set(result) == {"cached_tokens_per_sec", "uncached_tokens_per_sec", "speedup"}
   assert all(v > 0 for v in result.values())
+
+
+@pytest.mark.parametrize("model_type", ["seq2seq", "lm"])
+def test_the_uncached_path_decodes_the_cached_paths_tokens(model_type):
+  """Both paths of the decoding benchmark compute the same greedy tokens (a source's output,
+  or a prompt's continuation), so the speedup compares equal work."""
+  from transformer import models
+  from transformer.inference import decoding
+  cfg = ModelConfig(vocab_size=20, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
+                    num_decoder_layers=1, max_len=16, dropout_rate=0.0)
+  model = models.model_for(model_type, cfg)
+  inputs = jnp.asarray(np.random.default_rng(0).integers(3, 20, (2, 4)), jnp.int32)
+  params = models.init_params(model, jax.random.PRNGKey(0),
+                              {"inputs": inputs, "targets": jnp.ones((2, 8), jnp.int32)})
+  compile_widths, uncached = benchmarking._uncached_greedy(model, params, inputs, 8, bucket=4)
+  compile_widths()
+  cached = decoding.decode(model, params, inputs, decoding.DecodeConfig(
+      method="greedy", eos_id=-1, extra_len=8), out_limit=jnp.full((2,), 8, jnp.int32))[0]
+  np.testing.assert_array_equal(uncached(), np.asarray(cached)[:, :8])

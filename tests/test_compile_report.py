@@ -131,7 +131,7 @@ def test_auto_is_splash_on_a_tpu_slice_and_compiles_for_any_batch(tpu, batch):
     return attention.dot_product_attention(q, k, v, mask=mask, implementation="auto")
 
   with jax.set_mesh(mesh):
-    assert attention.resolve_implementation("auto", "bfloat16") == "splash"
+    assert attention.resolve_implementation("auto", qkv, qkv) == "splash"
     compiled = jax.jit(attend).lower(qkv, qkv, qkv, ids).compile()
   assert "tpu_custom_call" in compiled.as_text()
 
@@ -190,6 +190,57 @@ ENTRY %main (a: f32[4,8], u: f32[1,8]) -> f32[4,8] {
   assert compile_report.big_float32_buffers(hlo, 3, 8) == {"scores": 0, "logits": 0}  # a weight
 
 
+def test_a_gather_reads_its_rows_and_a_workspace_is_not_traffic():
+  """The target logits gathered from [4, 1000] bf16 logits read 4 values, not the logits; an
+  embedding table gathered by two lookups is read at most once; the s8 workspace that ends a
+  cuBLAS call's result is not written (another call's byte arrays are); and each kernel (not
+  the views, one for an async pair) is counted once."""
+  hlo = """
+HloModule m
+
+%gather_fusion (p0: bf16[4,1000], p1: s32[4,1], p2: f32[50,8]) -> (bf16[4,1], f32[6,8]) {
+  %p0 = bf16[4,1000]{1,0} parameter(0)
+  %view = bf16[4000]{0} bitcast(%p0)
+  %p1 = s32[4,1]{1,0} parameter(1)
+  %picked = bf16[4,1]{1,0} gather(%view, %p1), offset_dims={}, slice_sizes={1}
+  %p2 = f32[50,8]{1,0} parameter(2)
+  %rows = f32[3,8]{1,0} gather(%p2, %p1), offset_dims={1}, slice_sizes={1,8}
+  %more = f32[3,8]{1,0} gather(%p2, %p1), offset_dims={1}, slice_sizes={1,8}
+  %both = f32[6,8]{1,0} concatenate(%rows, %more), dimensions={0}
+  ROOT %out = (bf16[4,1]{1,0}, f32[6,8]{1,0}) tuple(%picked, %both)
+}
+
+%scale_fusion (q: bf16[4,1000]) -> bf16[4,1000] {
+  %q = bf16[4,1000]{1,0} parameter(0)
+  ROOT %twice = bf16[4,1000]{1,0} add(%q, %q)
+}
+
+ENTRY %main (logits: bf16[4,1000], ids: s32[4,1], table: f32[50,8], w: bf16[8,8]) -> f32[] {
+  %logits = bf16[4,1000]{1,0} parameter(0)
+  %ids = s32[4,1]{1,0} parameter(1)
+  %table = f32[50,8]{1,0} parameter(2)
+  %w = bf16[8,8]{1,0} parameter(3)
+  %g = (bf16[4,1]{1,0}, f32[6,8]{1,0}) fusion(%logits, %ids, %table), kind=kLoop, calls=%gather_fusion
+  %s = bf16[4,1000]{1,0} fusion(%logits), kind=kLoop, calls=%scale_fusion
+  %mm = (bf16[8,8]{1,0}, s8[4194304]{0}) custom-call(%w, %w), custom_call_target="__cublas$gemm"
+  %top = bf16[2,8]{1,0} gather(%w, %ids), offset_dims={1}, slice_sizes={1,8}
+  %int8 = (s8[64]{0}, s8[16]{0}) custom-call(%w), custom_call_target="tpu_custom_call"
+  %cs = (bf16[8,8]{1,0}, bf16[8,8]{1,0}, u32[]) copy-start(%w)
+  %cd = bf16[8,8]{1,0} copy-done(%cs)
+  ROOT %r = f32[] constant(0)
+}
+"""
+  gather_fusion = 4 * 2 + 16 + min(2 * 3 * 8 * 4, 50 * 8 * 4) + (4 * 2 + 6 * 8 * 4)
+  scale_fusion = 2 * 4 * 1000 * 2  # a fusion that reads the whole logits reads them
+  gemm = 2 * 8 * 8 * 2 + 8 * 8 * 2  # reads w twice, writes its result, not its workspace
+  top_gather = 2 * 8 * 2 + 16 + 2 * 8 * 2
+  int8 = 8 * 8 * 2 + 64 + 16  # another call's byte arrays are results: written
+  copy = 8 * 8 * 2 + 8 * 8 * 2  # the async copy reads w, its done half writes
+  assert compile_report.hbm_traffic(hlo) == (gather_fusion + scale_fusion + gemm + top_gather
+                                             + int8 + copy)
+  assert compile_report.kernel_count(hlo) == 6  # fusions 2, calls 2, gather, the copy once
+
+
 @pytest.mark.parametrize("target,kind", [("v4:2x2x1", "TPU v4"), ("v5p:2x2x1", "TPU v5"),
                                          ("v5e:2x2", "TPU v5 lite")])
 def test_one_device_is_one_chip_whose_published_figures_apply(tpu, target, kind):
@@ -229,8 +280,9 @@ def test_a_gpu_host_compiles_without_a_gpu_and_its_arguments_are_the_state_and_r
   cfg = experiment.model_config(_tiny(4), 512)
   params = jax.eval_shape(lambda: experiment.build_model(_tiny(4), cfg).init(
       jax.random.PRNGKey(0), np.ones((1, 32), np.int32), np.ones((1, 32), np.int32)))["params"]
-  # No tiles on a GPU: the state split 4 ways and this device's rows (without dropout the
-  # rng is unused, and XLA drops it).
-  assert report["memory_bytes"]["arguments"] == _hand_state_bytes(params, 4, 4) + 2 * 8 * 32 * 4
+  # No tiles on a GPU: the state split 4 ways, this device's rows and the learning rate, a
+  # float32 scalar (without dropout the rng is unused, and XLA drops it).
+  assert report["memory_bytes"]["arguments"] == (_hand_state_bytes(params, 4, 4) + 2 * 8 * 32 * 4
+                                                 + 4)
   assert report["flops_per_device"]["xla"] is None  # XLA:GPU gives no cost analysis
   assert "reduce-scatter" in report["collectives"]  # FSDP's gradient

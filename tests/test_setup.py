@@ -40,3 +40,18 @@ def test_python_floor_is_the_oldest_python_ci_tests():
   assert Version(".".join(map(str, sys.version_info[:2]))) in floor
   ci = (REPO / ".ci" / "run").read_text()
   assert 'fresh_env .venv "$(python_of 3.11)"' in ci and "python_of 3.12" in ci
+
+
+def test_the_tfds_floor_reads_prepared_datasets_with_todays_protobuf():
+  """tensorflow-datasets 4.9.7-4.9.9 fail in dataset_info with protobuf 7 (seen on a GPU
+  image: "'FieldDescriptor' object has no attribute 'label'"); the floor leaves them out, and
+  the installed pair reads a DatasetInfo proto back (every test that prepares a dataset and
+  reads it does the whole of it)."""
+  pins = {Requirement(line).name: Requirement(line).specifier
+          for line in importlib.metadata.requires("transformer")}
+  assert "4.9.9" not in pins["tensorflow-datasets"] and "4.9.10" in pins["tensorflow-datasets"]
+  from tensorflow_datasets.core.proto import dataset_info_pb2
+  info = dataset_info_pb2.DatasetInfo(name="rows", version="1.0.0")
+  info.splits.add(name="train", shard_lengths=[3])
+  back = dataset_info_pb2.DatasetInfo.FromString(info.SerializeToString())
+  assert back.splits[0].shard_lengths == [3]

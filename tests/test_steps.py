@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from transformer.config import ModelConfig
+from transformer.errors import ConfigError
 from transformer.models import DecoderOnly, Transformer
 from transformer.training import optimizers, sharding, steps
 
@@ -272,3 +273,15 @@ def test_the_learning_rate_is_an_input_of_the_compiled_step(devices):
     assert float(got_m["learning_rate"]) == pytest.approx(float(want_m["learning_rate"]),
                                                           rel=1e-6)
     assert float(got_m["learning_rate"]) > 0
+
+
+def test_a_chunked_loss_on_gpus_is_one_clear_line():
+  """On a GPU the chunked loss costs more than it saves (docs/speed.md): refused before any
+  compiling, in one line that names the knob."""
+  import types
+  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config.update(learning_rate=1e-3, loss_chunk_size=4)
+  gpus = types.SimpleNamespace(devices=np.array([types.SimpleNamespace(platform="gpu")]))
+  with pytest.raises(ConfigError, match=r"^loss_chunk_size=4 makes a GPU step larger") as e:
+    steps.build_steps(config, None, gpus)
+  assert "\n" not in str(e.value)

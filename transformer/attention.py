@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec
 from transformer import positional
 from transformer.config import MODES, ModelConfig, resolve_scale
 from transformer.decode_cache import step_matmul, store_step_kernel
+from transformer.dropout import apply_dropout
 from transformer.errors import ConfigError
 
 
@@ -134,54 +135,89 @@ def _runs_per_device() -> bool:
   return not jax.sharding.get_abstract_mesh().empty or jax.device_count() == 1
 
 
-def _cudnn_capable() -> bool:
-  """cuDNN's fused attention needs an attached NVIDIA GPU of compute capability 8.0 (Ampere)
-  or newer: JAX reads the device's capability to lower it, so a program compiled for an
-  absent GPU (the compile report's H100 and H200 rows) cannot hold it."""
+Shaped = Union[jax.Array, jax.ShapeDtypeStruct]  # what the kernel choice reads: shape, dtype
+
+
+def _compute_capability() -> Optional[tuple[int, int]]:
+  """The attached NVIDIA GPU's compute capability, (9, 0) on a Hopper; None without one. JAX
+  reads it to lower cuDNN's kernel, so a program compiled for an absent GPU (the compile
+  report's H100 and H200 rows) cannot hold that kernel."""
   try:
     device = jax.devices("gpu")[0]
   except RuntimeError:  # no GPU attached
-    return False
-  return float(getattr(device, "compute_capability", "0")) >= 8.0
+    return None
+  major, _, minor = str(getattr(device, "compute_capability", "0")).partition(".")
+  return int(major), int(minor or 0)
 
 
-def resolve_implementation(implementation: str, dtype: jax.typing.DTypeLike) -> str:
-  """The attention kernel that runs, for inputs of `dtype` on `target_platform()`.
+def _cudnn_refusal(query: Shaped, key: Shaped) -> Optional[str]:
+  """Why cuDNN's fused attention cannot take query [B, Lq, H, D] and key [B, Lk, H, D] here,
+  as the end of a sentence that starts "attention_impl='cudnn' "; None where it can.
+
+  The refusals of JAX's cuDNN lowering (`check_layout` and `check_is_flash_attention` in
+  jax/_src/cudnn/fused_attention_stablehlo.py) that a project config or batch reaches. Odd
+  lengths are refused outside training too: the kernel is chosen when the attention is
+  traced, before anything says whether a gradient will be taken (and JAX always passes the
+  kernel a bias, which under grad needs even lengths). Not reached: packed layouts with
+  offsets (packed rows reach cuDNN as a mask), keys of another head dim than values, fp8.
+  Not checked: cuDNN older than 9.11 on compute capability 10.3 (a machine's, not a config's).
+  """
+  dtype = jnp.dtype(query.dtype)
+  if dtype not in _HALF:
+    return (f"computes in bfloat16 or float16, and this model computes in {dtype.name}; set "
+            "--config.model.dtype=bfloat16 or use attention_impl='auto'.")
+  capability = _compute_capability()
+  if capability is None or capability < (8, 0):
+    return ("needs an attached NVIDIA GPU of compute capability 8.0 or newer (JAX reads it to "
+            "compile the kernel); use 'auto'.")
+  head_dim, most = query.shape[-1], 256 if capability >= (9, 0) else 128
+  if head_dim % 8 or head_dim > most:
+    return (f"takes a head dim that is a multiple of 8 and at most {most} on a GPU of compute "
+            f"capability {capability[0]}.{capability[1]}, and this model's is {head_dim}; use "
+            "'auto' or another head_dim.")
+  if query.shape[1] % 2 or key.shape[1] % 2:
+    return (f"takes even lengths only here, in evaluation too (JAX's lowering refuses odd ones "
+            f"under grad), and these are {query.shape[1]} queries and {key.shape[1]} keys; use "
+            "'auto' or an even max_len.")
+  return None
+
+
+def resolve_implementation(implementation: str, query: Shaped, key: Shaped) -> str:
+  """The attention kernel that runs for query [B, Lq, H, D] and key [B, Lk, H, D] (arrays or
+  shapes) on `target_platform()`.
 
   'auto': Pallas splash attention on a TPU (with a mesh in context, or on one chip: the
-  kernel runs per device), cuDNN's fused attention on an NVIDIA GPU of compute capability 8.0
-  or newer in bfloat16 or float16, the einsum path elsewhere (a CPU, float32, an older or
+  kernel runs per device), cuDNN's fused attention on an NVIDIA GPU where JAX's lowering
+  takes these inputs (`_cudnn_refusal`: half precision, compute capability 8.0 or newer, its
+  head dims, even lengths), the einsum path elsewhere (a CPU, float32, an older or
   non-NVIDIA GPU, a GPU compiled for but not attached, a multi-chip TPU with no mesh in
-  context). An explicit choice is kept, and
-  refused in one line where it cannot run.
+  context). An explicit choice is kept, and refused in one line where it cannot run.
   """
   if implementation not in IMPLEMENTATIONS:
     raise ConfigError(f"attention_impl={implementation!r} is not one of {list(IMPLEMENTATIONS)}.")
-  platform, half = target_platform(), jnp.dtype(dtype) in _HALF
+  platform = target_platform()
   if implementation == "auto":
     if platform == "tpu" and _runs_per_device():
       return "splash"
-    return "cudnn" if platform == "gpu" and half and _cudnn_capable() else "einsum"
+    return "cudnn" if platform == "gpu" and _cudnn_refusal(query, key) is None else "einsum"
   if implementation == "cudnn" and platform != "gpu":
     raise ConfigError(f"attention_impl='cudnn' needs NVIDIA GPUs, and JAX runs on "
                       f"{platform}; use 'auto', 'xla' or 'einsum'.")
-  if implementation == "cudnn" and not half:
-    raise ConfigError(f"attention_impl='cudnn' computes in bfloat16 or float16, and this model "
-                      f"computes in {jnp.dtype(dtype).name}; set --config.model.dtype=bfloat16 "
-                      "or use attention_impl='auto'.")
-  if implementation == "cudnn" and not _cudnn_capable():
-    raise ConfigError("attention_impl='cudnn' needs an attached NVIDIA GPU of compute "
-                      "capability 8.0 or newer (JAX reads it to compile the kernel); use 'auto'.")
+  refusal = _cudnn_refusal(query, key) if implementation == "cudnn" else None
+  if refusal:
+    raise ConfigError(f"attention_impl='cudnn' {refusal}")
   if implementation == "splash" and platform not in ("tpu", "cpu"):
     raise ConfigError(f"attention_impl='splash' is the TPU's kernel (interpreted on a CPU, for "
                       f"tests), and JAX runs on {platform}; use 'auto'.")
   return implementation
 
 
-def step_kernel(config: ModelConfig) -> str:
-  """The kernel a training step of `config` runs in its attentions: `resolve_implementation`,
-  then the einsum path where the fused kernel cannot serve (`_fused_serves`)."""
-  kernel = resolve_implementation(config.attention_impl, config.compute_dtype)
+def step_kernel(config: ModelConfig, length: int) -> str:
+  """The kernel a training step of `config` on rows of `length` tokens (inputs and targets)
+  runs in its attentions: `resolve_implementation`, then the einsum path where the fused
+  kernel cannot serve (`_fused_serves`)."""
+  rows = jax.ShapeDtypeStruct((1, length, config.num_heads, config.qk_dim), config.compute_dtype)
+  kernel = resolve_implementation(config.attention_impl, rows, rows)
   dropout = config.attention_dropout_rate > 0.0
   return kernel if _fused_serves(kernel, dropout, config.attn_logit_softcap, None) else "einsum"
 
@@ -207,8 +243,7 @@ def _einsum_attention(query, key, value, mask, scale, softcap, dropout_rate, dro
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(logits, axis=-1)
   if dropout_rng is not None:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    weights = apply_dropout(weights, dropout_rate, dropout_rng)
   batch, heads, q_len, k_len = weights.shape
   value = value if kv_heads_flat else _heads_flat(value)
   out = jnp.einsum("nqk,nkd->nqd", weights.astype(value.dtype).reshape(-1, q_len, k_len), value)
@@ -300,7 +335,7 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
   dropout, a soft cap outside splash, a dense mask for splash, the cache's layout) the einsum
   path runs.
   """
-  implementation = resolve_implementation(implementation, query.dtype)
+  implementation = resolve_implementation(implementation, query, key)
   if scale is None:
     scale = 1.0 / math.sqrt(query.shape[-1])
   dropout = dropout_rate > 0.0 and dropout_rng is not None
@@ -316,9 +351,27 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
   if mask is not None:
     # Softmax over an all-masked row is uniform (or, in a kernel, undefined); such rows must
     # contribute nothing.
-    has_key = jnp.any(dense_mask(mask), axis=-1)  # [B|1, H|1, Lq]
-    out = jnp.where(jnp.moveaxis(has_key, -1, -2)[..., None], out, 0)
+    out = jnp.where(jnp.moveaxis(has_key(mask), -1, -2)[..., None], out, 0)
   return out
+
+
+def has_key(mask: Mask) -> jax.Array:
+  """bool[B|1, H|1, Lq]: whether each query may attend any key.
+
+  An unpacked `SegmentMask` answers from its factors, [B, L] work instead of the [B, Lq, Lk]
+  of the dense mask: a valid query has a key if its row holds any (causal: any at or before
+  its own position, a running `any` over the keys).
+  """
+  if isinstance(mask, SegmentMask) and not mask.packed:
+    kv_valid = mask.kv_segments > 0
+    if mask.causal:  # query i sees keys 0..i (`make_attention_mask`'s causal mask)
+      q_len, kv_len = mask.q_segments.shape[-1], kv_valid.shape[-1]
+      seen = jax.lax.cummax(kv_valid.astype(jnp.int32), axis=1) > 0
+      seen = seen[:, jnp.minimum(jnp.arange(q_len), kv_len - 1)]
+    else:
+      seen = jnp.any(kv_valid, axis=-1, keepdims=True)
+    return ((mask.q_segments > 0) & seen)[:, None, :]
+  return jnp.any(dense_mask(mask), axis=-1)
 
 
 def attention_scale_value(config: ModelConfig) -> float:

@@ -113,7 +113,8 @@ class ModelConfig:
   param_dtype: str = "float32"
   scan_layers: bool = False  # nn.scan over blocks: compile time independent of depth
   remat: str = "none"  # recompute activations in the backward pass: 'full' or 'dots'
-  # The attention kernel: 'auto' = splash on TPU, cuDNN on GPU in bf16/fp16, einsum elsewhere
+  # The attention kernel: 'auto' = splash on TPU, cuDNN on GPU where JAX's lowering takes the
+  # inputs (bf16/fp16, its head dims, even lengths), einsum elsewhere
   # (attention.resolve_implementation); or one of them by name.
   attention_impl: str = "auto"
 

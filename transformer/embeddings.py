@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from transformer import positional
 from transformer.config import ModelConfig, resolve_scale
 from transformer.decode_cache import step_matmul, store_step_kernel
+from transformer.dropout import Dropout
 from transformer.norms import make_norm
 
 
@@ -90,7 +91,7 @@ class InputEmbedding(nn.Module):
     if cfg.embed_norm:
       x = make_norm(cfg, name="embed_norm")(x)
     # Section 5.4: dropout "to the sums of the embeddings and the positional encodings".
-    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
 
 
 class OutputLogits(nn.Module):

@@ -13,6 +13,7 @@ import jax
 
 from transformer.attention import MultiHeadAttention
 from transformer.config import ModelConfig
+from transformer.dropout import Dropout
 from transformer.norms import make_norm
 
 _ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
@@ -41,7 +42,7 @@ class FeedForward(nn.Module):
 def residual(config: ModelConfig, x: jax.Array, sublayer: Callable[[jax.Array], jax.Array],
              norm: nn.Module, *, deterministic: bool) -> jax.Array:
   """One residual sub-layer with dropout on its output and the configured norm position."""
-  drop = nn.Dropout(config.dropout_rate)
+  drop = Dropout(config.dropout_rate)
   if config.norm_position == "post":
     return norm(x + drop(sublayer(x), deterministic=deterministic))
   return x + drop(sublayer(norm(x)), deterministic=deterministic)

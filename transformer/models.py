@@ -10,8 +10,8 @@ benchmark never ask which one they hold (`model_kinds` maps an experiment's mode
 class): what a batch holds (`batch_keys`), its logits (`logits`), what each stack's input
 embedding reads (`stack_inputs`), its FLOPs (`forward_flops`), how its input is read
 (`input_limit`, `input_eos`), and how decoding starts and steps (`decoding_lengths`,
-`start_decoding`, `init_cache`, `decode_step`). They are plain methods: called on the unbound
-module with its params, `model.logits(params, batch)`.
+`start_decoding`, `init_cache`, `decode_step`; without a cache, `prefix_logits`). They are
+plain methods: called on the unbound module with its params, `model.logits(params, batch)`.
 """
 
 from __future__ import annotations
@@ -243,6 +243,13 @@ class Transformer(nn.Module):
                                  method=Transformer.decode)
     return logits[:, 0], mutated["cache"]
 
+  def prefix_logits(self, params: Any, encoded: jax.Array, inputs: jax.Array,
+                    tokens: jax.Array) -> jax.Array:
+    """Logits float[B, L, V] at every position of output tokens int[B, L] (each from the
+    tokens before it), without a cache: what decoding without one recomputes at each step.
+    encoded float[B, Ls, d] and inputs int[B, Ls] as `start_decoding` returns them."""
+    return self.apply({"params": params}, encoded, inputs, tokens, method=Transformer.decode)
+
 
 class DecoderOnly(nn.Module):
   """Language model: apply(variables, tokens) -> logits float[B, L, V], logits[:, t] predicting tokens[:, t]."""
@@ -345,6 +352,12 @@ class DecoderOnly(nn.Module):
     logits, mutated = self.apply({"params": params, "cache": cache}, token[:, None],
                                  decode=True, mutable=["cache"], method=DecoderOnly.__call__)
     return logits[:, 0], mutated["cache"]
+
+  def prefix_logits(self, params: Any, encoded: Optional[jax.Array],
+                    inputs: Optional[jax.Array], tokens: jax.Array) -> jax.Array:
+    """`Transformer.prefix_logits` for this model (the prompt is the tokens' start)."""
+    del encoded, inputs
+    return self.apply({"params": params}, tokens, method=DecoderOnly.__call__)
 
 
 def _rngs(rng: Optional[jax.Array]) -> Optional[dict[str, jax.Array]]:

@@ -19,19 +19,19 @@ import statistics
 import time
 from typing import Any, Callable, Optional, Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer import diagnostics
+from transformer import diagnostics, models
 from transformer.attention import step_kernel
 from transformer.config import ModelConfig
 from transformer.data import pipeline
 from transformer.errors import ConfigError
 from transformer.inference import decoding
 from transformer.model_summary import train_flops
-from transformer.models import Transformer
 from transformer.research import chips
 from transformer.token_ids import EOS_ID
 from transformer.training import experiment, sharding
@@ -145,7 +145,8 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
     result["diagnostics"] = _diagnostics(bench, compiled, diagnostics_every)
   if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
     result["decode"] = benchmark_decoding(bench.assembled.model_config.replace(dropout_rate=0.0),
-                                          decode_batch, decode_tokens, repeats=repeats)
+                                          decode_batch, decode_tokens, repeats=repeats,
+                                          model_type=config.model_type)
   if "data" in modes:  # the host input pipeline alone, on the config's own data
     result["data"] = pipeline.measure_throughput(config, 10.0)
   if "eval" in modes:
@@ -210,7 +211,8 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
   flops = _train_flops(bench, bench.config.batch_size)
   result.update(train_step_seconds=seconds, train_tokens_per_sec=bench.tokens_per_step / seconds,
                 train_model_tflops_per_sec=flops / seconds / 1e12,
-                attention_kernel=attention_kernel(cfg, bench.assembled.mesh),
+                attention_kernel=attention_kernel(cfg, bench.assembled.mesh,
+                                                  bench.config.max_len),
                 **mfu_figures(flops / seconds, jax.local_devices()[0].device_kind,
                               jax.local_device_count(), cfg.dtype, bench.peak))
   if profile_dir:  # after the timings, so tracing does not perturb them
@@ -247,40 +249,49 @@ def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
           "overhead": with_diag / without - 1.0}
 
 
-def attention_kernel(cfg: ModelConfig, mesh: jax.sharding.Mesh) -> str:
-  """The attention kernel a step on `mesh` runs (`attention.step_kernel` for its chips)."""
+def attention_kernel(cfg: ModelConfig, mesh: jax.sharding.Mesh, length: int) -> str:
+  """The attention kernel a step on `mesh` runs on rows of `length` tokens
+  (`attention.step_kernel` for its chips)."""
   with jax.set_mesh(mesh):
-    return step_kernel(cfg)
+    return step_kernel(cfg, length)
 
 
-def _uncached_greedy(model: Transformer, params: Any, inputs: jax.Array, num_tokens: int,
+def _uncached_greedy(model: nn.Module, params: Any, inputs: jax.Array, num_tokens: int,
                      bucket: int) -> tuple[Callable[[], None], Callable[[], np.ndarray]]:
-  """(compile, run) of greedy decoding without a cache: each step re-runs the whole prefix.
+  """(compile, run) of greedy decoding without a cache: each step re-runs the model over the
+  whole output so far (`prefix_logits`), a prompt included; a source is encoded once.
 
-  The prefix is padded up to a multiple of `bucket`, one compilation per width; `compile`
-  compiles every width, `run` returns the int[B, num_tokens] tokens.
+  The output is padded up to a multiple of `bucket`, one compilation per width; `compile`
+  compiles every width, `run` returns the int[B, num_tokens] new tokens.
   """
-  batch_size = inputs.shape[0]
-  encode = jax.jit(functools.partial(model.apply, method=Transformer.encode))
-  full = jax.jit(lambda p, enc, targets: model.apply({"params": p}, enc, inputs, targets,
-                                                     method=Transformer.decode))
+  def begin(params, inputs):  # the decoding start without its cache (unused: XLA drops it)
+    encoded, source, _, prefix, prefix_len = model.start_decoding(params, inputs, 1, 1)
+    return encoded, source, prefix, prefix_len
+
+  start, full = jax.jit(begin), jax.jit(model.prefix_logits)
+  # Outputs go after the prefix: a prompt's tokens, or none (a source's output starts empty).
+  # The benchmark's rows hold no padding, so every row's prefix is as long.
+  first = int(start(params, inputs)[3][0])
+  total = first + num_tokens
 
   def width_at(t: int) -> int:
-    return min(-(-(t + 1) // bucket) * bucket, num_tokens)
+    return min(-(-(first + t + 1) // bucket) * bucket, total)
 
   def run() -> np.ndarray:
-    encoded = encode({"params": params}, inputs)
-    targets = np.zeros((batch_size, num_tokens), np.int32)
-    for t in range(num_tokens):
-      targets[:, t] = EOS_ID  # any non-pad id: position t must be unmasked; its value is unused
-      logits = full(params, encoded, jnp.asarray(targets[:, :width_at(t)]))
-      targets[:, t] = np.asarray(decoding.first_argmax(logits[:, t, 1:])) + 1  # never PAD
-    return targets
+    encoded, source, prefix, _ = start(params, inputs)
+    tokens = np.zeros((inputs.shape[0], total), np.int32)
+    tokens[:, :first] = np.asarray(prefix)[:, :first]
+    for t in range(first, total):
+      tokens[:, t] = EOS_ID  # any non-pad id: position t must be unmasked; its value is unused
+      logits = full(params, encoded, source, jnp.asarray(tokens[:, :width_at(t - first)]))
+      tokens[:, t] = np.asarray(decoding.first_argmax(logits[:, t, 1:])) + 1  # never PAD
+    return tokens[:, first:]
 
   def compile_widths() -> None:
-    encoded = encode({"params": params}, inputs)
+    encoded, source, _, _ = start(params, inputs)
     for width in sorted({width_at(t) for t in range(num_tokens)}):
-      full(params, encoded, jnp.ones((batch_size, width), jnp.int32)).block_until_ready()
+      full(params, encoded, source, jnp.ones((inputs.shape[0], width), jnp.int32)
+           ).block_until_ready()
 
   return compile_widths, run
 
@@ -296,28 +307,32 @@ def _alternating_medians(paths: dict[str, Callable[[], Any]], repeats: int) -> d
 
 
 def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: int, *,
-                       source_len: int = 32, bucket: int = 32, seed: int = 0,
-                       repeats: int = 1) -> dict[str, float]:
-  """Greedy tokens/s with the KV cache and without it, for a random-init `Transformer`.
+                       model_type: str = "seq2seq", source_len: int = 32, bucket: int = 32,
+                       seed: int = 0, repeats: int = 1) -> dict[str, float]:
+  """Greedy tokens/s with the KV cache and without it, for a random-init model of
+  `model_type` (`models.model_for`).
 
-  Both produce exactly `num_tokens` tokens per row (EOS ignored) from a random source of
-  `source_len` tokens; the encoder runs once in both. Without the cache every step re-runs
-  `Transformer.decode` over the whole prefix, padded up to a multiple of `bucket` (one
-  compilation per bucket, as an uncached decoder must either pad or recompile), computing the
-  logits of every position as `Transformer.decode` does. Compilation is excluded (each path
-  is compiled before it is timed). Each path is timed `repeats` times, the two alternating
-  (so that a slow spell of a shared machine falls on both); each figure is the median:
+  Both produce exactly `num_tokens` new tokens per row (EOS ignored) from a random source (or
+  prompt) of `source_len` tokens; a source is encoded once in both. Without the cache every
+  step re-runs the model over the whole output so far (`prefix_logits`: the decoder, a
+  prompt included), padded up to a multiple of `bucket` (one compilation per bucket, as an
+  uncached decoder must either pad or recompile). Compilation is excluded (each path is
+  compiled before it is timed). Each path is timed `repeats` times, the two alternating (so
+  that a slow spell of a shared machine falls on both); each figure is the median:
   cached_tokens_per_sec, uncached_tokens_per_sec, speedup (the ratio of the medians).
   """
-  longest = max(num_tokens, source_len)  # the position table must cover sources and outputs
-  if longest > model_config.max_len:
-    model_config = dataclasses.replace(model_config, max_len=longest)
-  model = Transformer(model_config)
   rng = np.random.default_rng(seed)
   inputs = jnp.asarray(rng.integers(3, model_config.vocab_size, (batch_size, source_len)),
                        jnp.int32)
-  params = jax.jit(model.init)(jax.random.PRNGKey(seed), inputs,
-                               jnp.ones((batch_size, 8), jnp.int32))["params"]
+  # The position table covers the source and the output; a prompt shares it with its
+  # continuation, which the model's decoding lengths say (room for fewer than num_tokens).
+  longest = max(num_tokens, source_len, model_config.max_len)
+  model = models.model_for(model_type, dataclasses.replace(model_config, max_len=longest))
+  if int(jnp.min(model.decoding_lengths(inputs, num_tokens)[1])) < num_tokens:
+    model = models.model_for(model_type, dataclasses.replace(
+        model_config, max_len=max(source_len + num_tokens, model_config.max_len)))
+  rows = {"inputs": inputs, "targets": jnp.ones((batch_size, 8), jnp.int32)}
+  params = jax.jit(functools.partial(models.init_params, model))(jax.random.PRNGKey(seed), rows)
   config = decoding.DecodeConfig(method="greedy", eos_id=-1, extra_len=num_tokens)
   limit = jnp.full((batch_size,), num_tokens, jnp.int32)
 

@@ -13,7 +13,8 @@ devices, compiles it, and reports per device:
                `model_summary` (matmuls only, forward + backward) divided over the devices;
   hbm bytes    XLA's "bytes accessed" (which counts operands that stay on chip, an upper
                estimate) and the traffic read off the optimized HLO (`hbm_traffic`: what
-               each top-level op reads from and writes to HBM);
+               each top-level op reads from and writes to HBM) and the kernels a step
+               launches (`kernel_count`);
   collectives  each kind in the compiled program: how many, and the bytes of their results;
   big buffers  float32 [.., L, L] (attention scores) and [.., L, vocab] (logits) arrays written
                to HBM: the traffic the fused kernels and the lean loss exist to remove
@@ -41,7 +42,7 @@ import glob
 import math
 import os
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -225,52 +226,118 @@ def _operands(text: str) -> list[str]:
   return re.findall(r"%([\w.-]+)", text)
 
 
-def _top_level(hlo_text: str) -> list[tuple[str, str, str, list[str]]]:
-  """(name, shape, opcode, operand names) of every instruction outside fusion bodies and
-  reducers: the ops that each run as a kernel and meet HBM at their edges. The body of a
-  `call` (XLA:GPU's command buffers) is top level: its ops are kernels."""
+class _Op(NamedTuple):
+  """One instruction of an optimized HLO module."""
+  name: str
+  shape: str  # its result's shape string
+  opcode: str
+  operands: list[str]  # operand names
+  calls: Optional[str]  # the computation a fusion runs, or a custom call's target
+  parameter: Optional[int]  # a parameter's number
+
+
+def _instructions(hlo_text: str) -> dict[str, list[_Op]]:
+  """Every computation of an HLO module's text, by name: its instructions in order."""
+  computations: dict[str, list[_Op]] = {}
+  body: list[_Op] = []
+  for line in hlo_text.splitlines():
+    head = _COMPUTATION.match(line)
+    if head and line.rstrip().endswith("{"):
+      body = computations.setdefault(head.group(1), [])
+      continue
+    match = _INSTRUCTION.match(line)
+    if match:
+      name, shape, opcode, rest = match.groups()
+      calls = re.search(r'\bcalls=%([\w.-]+)|custom_call_target="([^"]+)"', rest)
+      number = int(rest.split(")")[0]) if opcode == "parameter" else None
+      calls = calls and (calls.group(1) or calls.group(2))
+      body.append(_Op(name, shape, opcode, _operands(rest), calls, number))
+  return computations
+
+
+def _top_level(hlo_text: str) -> list[_Op]:
+  """The instructions outside fusion bodies and reducers: the ops that each run as a kernel
+  and meet HBM at their edges. The body of a `call` (XLA:GPU's command buffers) is top
+  level: its ops are kernels."""
   inner = set()
   for line in hlo_text.splitlines():
     match = _INSTRUCTION.match(line)
     if match and match.group(3) != "call":
       inner.update(re.findall(r"(?:calls|to_apply)=%([\w.-]+)", line))
-  ops, skip = [], False
-  for line in hlo_text.splitlines():
-    head = _COMPUTATION.match(line)
-    if head and line.rstrip().endswith("{"):
-      skip = head.group(1) in inner
-      continue
-    match = None if skip else _INSTRUCTION.match(line)
-    if match:
-      name, shape, opcode, rest = match.groups()
-      ops.append((name, shape, opcode, _operands(rest)))
-  return ops
+  return [op for name, body in _instructions(hlo_text).items() if name not in inner
+          for op in body]
+
+
+def kernel_count(hlo_text: str) -> int:
+  """The kernels a step launches, counted off its optimized HLO: its top-level ops that move
+  data (`_top_level`, less views, tuples and control flow, and the second half of an async
+  pair; a loop body counts once)."""
+  return sum(op.opcode not in _NO_TRAFFIC and not op.opcode.endswith(("-done", "-update"))
+             for op in _top_level(hlo_text))
+
+
+def _gathered_reads(body: list[_Op]) -> dict[int, int]:
+  """{parameter number: bytes} for a fusion body's parameters that only gathers read (as the
+  array gathered from, directly or through bitcasts): a gather reads its result's rows of
+  the array, not the array."""
+  reads: dict[int, int] = {}
+  for param in (op for op in body if op.opcode == "parameter"):
+    views = {param.name}
+    for op in body:  # in order: a bitcast follows what it views
+      if op.opcode == "bitcast" and op.operands and op.operands[0] in views:
+        views.add(op.name)
+    users = [op for op in body if op.name not in views and views & set(op.operands)]
+    if users and all(op.opcode == "gather" and op.operands[0] in views for op in users):
+      reads[param.parameter] = min(sum(_array_bytes(op.shape) for op in users),
+                                   _array_bytes(param.shape))
+  return reads
+
+
+_WORKSPACE_CALLS = ("__cublas", "__cudnn")  # custom calls handed back a scratch workspace
+
+
+def _result_bytes(op: _Op) -> int:
+  """HBM bytes an op writes: its result, less the last array of a cuBLAS or cuDNN call's
+  result tuple when it is bytes (s8, u8): the scratch workspace the library is handed."""
+  arrays = re.findall(r"\b\w+\[[\d,]*\](?:\{[^}]*\})?", op.shape)
+  if (op.opcode == "custom-call" and op.shape.startswith("(") and arrays
+      and (op.calls or "").startswith(_WORKSPACE_CALLS) and arrays[-1][:3] in ("s8[", "u8[")):
+    return _array_bytes(op.shape) - _array_bytes(arrays[-1])
+  return _array_bytes(op.shape)
 
 
 def hbm_traffic(hlo_text: str) -> int:
   """Bytes read from and written to HBM by an optimized HLO module, per device: each
   top-level op (a fusion, a matmul, a custom call, a collective) reads its operands and
   writes its result, counting only arrays that live in HBM. The `-start` half of an async
-  pair reads, its `-done` half writes; a slice reads the slice. A first-order model: a
-  kernel's own reuse (caches, the several passes a big matmul makes) is not in it; a loop
-  body counts once."""
-  shapes = {name: shape for name, shape, _, _ in _top_level(hlo_text)}
+  pair reads, its `-done` half writes; a slice reads the slice and a gather the rows it
+  gathers; a custom call's workspace is not written. A first-order model: a kernel's own
+  reuse (caches, the several passes a big matmul makes) is not in it; a loop body counts
+  once."""
+  computations = _instructions(hlo_text)
+  ops = _top_level(hlo_text)
+  shapes = {op.name: op.shape for op in ops}
   total = 0
-  for name, shape, opcode, operands in _top_level(hlo_text):
-    if opcode in _NO_TRAFFIC:
+  for op in ops:
+    if op.opcode in _NO_TRAFFIC:
       continue
-    if opcode in _SLICES:  # reads the slice, not the whole operand
-      arrays = _arrays(shape)
-      size, in_hbm = arrays[1] if opcode == "slice-start" else arrays[0]
-      total += size + (size if in_hbm and opcode != "slice-start" else 0)
+    if op.opcode in _SLICES:  # reads the slice, not the whole operand
+      arrays = _arrays(op.shape)
+      size, in_hbm = arrays[1] if op.opcode == "slice-start" else arrays[0]
+      total += size + (size if in_hbm and op.opcode != "slice-start" else 0)
       continue
-    if opcode == "dynamic-update-slice":  # in place: reads and writes the update
-      total += 2 * _array_bytes(shapes.get(operands[1], "")) if len(operands) > 1 else 0
+    if op.opcode == "dynamic-update-slice":  # in place: reads and writes the update
+      total += 2 * _array_bytes(shapes.get(op.operands[1], "")) if len(op.operands) > 1 else 0
       continue
-    if not opcode.endswith("-done"):
-      total += sum(_array_bytes(shapes.get(o, "")) for o in operands)
-    if not opcode.endswith("-start"):
-      total += _array_bytes(shape)
+    if op.opcode == "gather":  # reads the rows it gathers (at most the operand)
+      gathered = {0: min(_array_bytes(op.shape), _array_bytes(shapes.get(op.operands[0], "")))}
+    else:
+      gathered = _gathered_reads(computations.get(op.calls, [])) if op.opcode == "fusion" else {}
+    if not op.opcode.endswith("-done"):
+      total += sum(gathered.get(i, _array_bytes(shapes.get(o, "")))
+                   for i, o in enumerate(op.operands))
+    if not op.opcode.endswith("-start"):
+      total += _result_bytes(op)
   return total
 
 
@@ -278,7 +345,8 @@ def big_float32_buffers(hlo_text: str, length: int, vocab: int) -> dict[str, int
   """{'scores': n, 'logits': n}: float32 arrays [.., length, length] (attention scores or
   weights) and [.., length, vocab] (vocabulary logits) that top-level ops write to HBM."""
   found = {"scores": 0, "logits": 0}
-  for _, shape, opcode, _ in _top_level(hlo_text):
+  for op in _top_level(hlo_text):
+    shape, opcode = op.shape, op.opcode
     if opcode in _NO_TRAFFIC or opcode.endswith("-start"):
       continue
     for match in re.finditer(r"\bf32\[([\d,]*)\](\{[^}]*\})?", shape):
@@ -315,7 +383,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
   cfg, model, mesh = assembled.model_config, assembled.model, assembled.mesh
   n = len(devices)
   with jax.set_mesh(mesh):  # 'auto' as the step resolved it, for the target's chips
-    kernel = step_kernel(cfg)
+    kernel = step_kernel(cfg, config.max_len)
   memory = compiled.memory_analysis()
   mem = {"arguments": memory.argument_size_in_bytes, "outputs": memory.output_size_in_bytes,
          "aliased": memory.alias_size_in_bytes, "temporaries": memory.temp_size_in_bytes,
@@ -358,6 +426,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
                            "xla_over_analytic": xla_flops / analytic if xla_flops else None,
                            "roofline": "analytic" if counted == analytic else "xla"},
       "bytes_accessed_per_device": bytes_accessed, "hbm_traffic_per_device": traffic,
+      "kernels": kernel_count(hlo),
       "big_float32_buffers": big_float32_buffers(hlo, config.max_len, cfg.output_vocab_size),
       "collectives": comms, "collective_bytes_per_device": comm_bytes,
       "roofline_seconds": times, "step_seconds_estimate": step,
@@ -410,7 +479,8 @@ def format_report(report: dict[str, Any]) -> str:
        else "gives no count for this target") +
       f"; the roofline uses the {flops['roofline']} count",
       f"  HBM traffic per device: {report['hbm_traffic_per_device'] / 1e9:.2f} GB read off the "
-      "optimized HLO" + (f" (XLA's bytes accessed {accessed / 1e9:.2f} GB, an upper estimate)"
+      f"optimized HLO, {report['kernels']:,} kernels" +
+      (f" (XLA's bytes accessed {accessed / 1e9:.2f} GB, an upper estimate)"
                          if accessed else ""),
       f"  float32 arrays written to HBM: {big['scores']} of [.., L, L], {big['logits']} of "
       "[.., vocab]",
