@@ -286,3 +286,25 @@ def test_a_gpu_host_compiles_without_a_gpu_and_its_arguments_are_the_state_and_r
                                                  + 4)
   assert report["flops_per_device"]["xla"] is None  # XLA:GPU gives no cost analysis
   assert "reduce-scatter" in report["collectives"]  # FSDP's gradient
+
+
+@pytest.mark.parametrize("head_dim, length", [(12, 256), (264, 256), (64, 17)])
+def test_splash_compiles_for_head_dims_and_lengths_cudnn_refuses(tpu, head_dim, length):
+  """No refusal of the TPU's kernel is reachable from a config: head dims cuDNN refuses (not a
+  multiple of 8, above 256) and odd lengths (padded to the kernel's block) compile for a
+  slice, forward and backward, with 'auto' still splash."""
+  from transformer import attention
+  from transformer.training import sharding
+  mesh = sharding.make_mesh(compile_report.target_devices(TARGET)[0], 1)
+  rows = sharding.batch_sharding(mesh)
+  qkv = jax.ShapeDtypeStruct((4, length, 2, head_dim), jax.numpy.bfloat16, sharding=rows)
+  ids = jax.ShapeDtypeStruct((4, length), jax.numpy.int32, sharding=rows)
+
+  def loss(q, k, v, ids):
+    mask = attention.SegmentMask(ids, ids, causal=True)
+    out = attention.dot_product_attention(q, k, v, mask=mask, implementation="auto")
+    return out.astype(jax.numpy.float32).sum()
+
+  with jax.set_mesh(mesh):
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(qkv, qkv, qkv, ids).compile()
+  assert "tpu_custom_call" in compiled.as_text()
