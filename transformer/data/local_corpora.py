@@ -19,6 +19,7 @@ from typing import Any, Iterator, Sequence
 import tensorflow_datasets as tfds
 
 from transformer.data import corpus_files
+from transformer.data.prepared import prepared
 from transformer.errors import ConfigError
 
 _VERSION = "1.0.0"  # bump whenever the documents a builder writes would change
@@ -120,11 +121,4 @@ def build_local(name: str, data_dir: str | None, *, data_files: Any, eval_files:
   def make() -> tfds.core.DatasetBuilder:
     return _BUILDERS[name](config=cfg, data_dir=data_dir, file_format="array_record")
 
-  builder = make()
-  try:
-    builder.download_and_prepare()  # a no-op when this fingerprint is already prepared
-  except OSError:
-    builder = make()  # hosts sharing data_dir race; the loser finds it prepared
-    if not builder.is_prepared():
-      raise
-  return builder
+  return prepared(make)

@@ -33,6 +33,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
+from transformer.data.prepared import prepared
 from transformer.errors import ConfigError
 from transformer.token_ids import EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
@@ -218,12 +219,4 @@ def build_synthetic(data_dir: str | os.PathLike | None, *, task: str,
   def make() -> SyntheticSeq2Seq:
     return SyntheticSeq2Seq(config=cfg, data_dir=data_dir, file_format="array_record")
 
-  builder = make()
-  try:
-    builder.download_and_prepare()  # a no-op when this config is already prepared
-  except OSError:
-    # Hosts sharing data_dir race; TFDS renames its temp dir last, so the loser fails here.
-    builder = make()
-    if not builder.is_prepared():
-      raise
-  return builder
+  return prepared(make)

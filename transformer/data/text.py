@@ -91,10 +91,16 @@ def open_splits(config: Any) -> TextSplits:
   """The raw train and eval text splits of config.dataset (local builder or TFDS name)."""
   name, data_dir = config.dataset, config.get("tfds_data_dir")
   if name in local_corpora.LOCAL:
-    builder = local_corpora.build_local(name, data_dir, data_files=config.data_files,
-                          eval_files=config.get("eval_files"), text_split=config.text_split,
-                          eval_fraction=config.eval_fraction,
-                          test_fraction=config.get("test_fraction") or 0.0, seed=split_seed(config))
+    try:
+      builder = local_corpora.build_local(
+          name, data_dir, data_files=config.data_files, eval_files=config.get("eval_files"),
+          text_split=config.text_split, eval_fraction=config.eval_fraction,
+          test_fraction=config.get("test_fraction") or 0.0, seed=split_seed(config))
+    except MissingFileError as missing:  # the config may say how to get its default data
+      if not config.get("data_help"):
+        raise
+      raise MissingFileError(f"{missing} The config's own data_files: {config.data_help}."
+                             ) from None
     fields = {"targets": "text"} if name == "text_files" else {"inputs": "source",
                                                                 "targets": "target"}
     test = builder.as_data_source("test") if "test" in builder.info.splits else None

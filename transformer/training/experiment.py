@@ -62,6 +62,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Text datasets (transformer/data/text.py): text_files, parallel_text, or a TFDS name.
   c.data_files = config_dict.placeholder(str)  # files, globs, dirs; comma-separated
   c.eval_files = config_dict.placeholder(str)  # None: hold out eval_fraction of data_files
+  c.data_help = ""  # how to get a config's default data_files, said when they are missing
   c.eval_fraction = 0.01
   # > 0: also hold out this fraction of a local corpus as a test split, scored once at the
   # end of training ('test' records): settings chosen on validation are reported on test.

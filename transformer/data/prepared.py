@@ -1,0 +1,41 @@
+"""A TFDS builder prepared once, shared by the synthetic tasks and the local corpora.
+
+TFDS prints "Downloading and preparing dataset ..." on stdout for data generated on this
+machine (nothing is downloaded), and its nested progress bars write cursor-moving escape
+codes into a log file; here one line of ours says what is prepared and where, and TFDS's
+bars show on a terminal only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from typing import Callable, TypeVar
+
+import tensorflow_datasets as tfds
+from absl import logging
+
+Builder = TypeVar("Builder", bound=tfds.core.DatasetBuilder)
+
+
+def prepared(make: Callable[[], Builder]) -> Builder:
+  """The builder `make()` returns, its dataset generated if it is not yet (then reused).
+
+  Hosts sharing a data_dir may race: TFDS renames its temporary directory last, so the
+  loser's preparation fails with an OSError and it finds the winner's dataset prepared.
+  """
+  builder = make()
+  if builder.is_prepared():
+    return builder
+  logging.info("Preparing the dataset %s in %s (once; reused after).",
+               builder.builder_config.name, builder.data_dir)
+  tfds.display_progress_bar(sys.stderr.isatty())
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      builder.download_and_prepare()
+  except OSError:
+    builder = make()
+    if not builder.is_prepared():
+      raise
+  return builder
