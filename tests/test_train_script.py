@@ -225,8 +225,8 @@ def test_two_processes_train_like_one_process_with_as_many_devices(tfds_dir, tmp
 
 
 # The processes agree on the stop step through JAX's coordination service, whose notice has
-# been seen to take 31 steps to arrive on a loaded machine: each run has 10x that to stop in.
-POD_STEPS = 400
+# been seen to take 31 steps to arrive on a loaded machine: each run has 6x that to stop in.
+POD_STEPS = 200
 SIGNALLED = [(1,), (0,), (0, 1)]  # which processes a preemption reaches, run after run
 
 
