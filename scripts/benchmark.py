@@ -11,17 +11,21 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
-from transformer import cli
+from transformer import cli, storage
+from transformer.inference import lines
 from transformer.research import benchmarking
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
 _MODE = flags.DEFINE_list("mode", ["train"], f"What to measure: {', '.join(benchmarking.MODES)}.")
 _DIAGNOSTICS_EVERY = flags.DEFINE_integer(
-    "diagnostics_every", 100, "Mode diagnostics: train steps per diagnostics call.")
-_DECODE_BATCH = flags.DEFINE_integer("decode_batch", 1, "Rows decoded at once (mode decode).")
-_DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 256, "Tokens decoded per row (mode decode).")
-_STEPS = flags.DEFINE_integer("steps", 3, "Steps per timing.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timings; the median is reported.")
+    "diagnostics_every", 100, "Mode diagnostics: train steps per diagnostics call.",
+    lower_bound=1)
+_DECODE_BATCH = flags.DEFINE_integer("decode_batch", 1, "Rows decoded at once (mode decode).",
+                                     lower_bound=1)
+_DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 256, "Tokens decoded per row (mode decode).",
+                                      lower_bound=1)
+_STEPS = flags.DEFINE_integer("steps", 3, "Steps per timing.", lower_bound=1)
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timings; the median is reported.", lower_bound=1)
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON result here too.")
 _PROFILE = flags.DEFINE_string(
     "profile", None, "Trace the measured train step with jax.profiler into this directory.")
@@ -31,6 +35,8 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if _OUTPUT.value:
+    lines.check_writable(_OUTPUT.value)  # before the benchmark, not after it
   result = benchmarking.benchmark(
       cli.config_of(_CONFIG), _MODE.value, _STEPS.value, _REPEATS.value,
       diagnostics_every=_DIAGNOSTICS_EVERY.value, decode_batch=_DECODE_BATCH.value,
@@ -38,8 +44,7 @@ def main(argv):
   text = json.dumps(result, indent=2)
   print(text)
   if _OUTPUT.value:
-    with open(_OUTPUT.value, "w") as f:
-      f.write(text + "\n")
+    storage.write_atomically(_OUTPUT.value, text + "\n")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the target is compiled for, not
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from transformer import cli, errors  # noqa: E402
+from transformer import cli, errors, storage  # noqa: E402
+from transformer.inference import lines  # noqa: E402
 from transformer.research import compile_report  # noqa: E402
 from transformer.training import experiment  # noqa: E402
 
@@ -66,11 +67,12 @@ def main(argv):
     return table(_TABLE.value, _AGGREGATE_ONLY.value, _ONLY.value)
   if _CONFIG.value is None:
     raise app.UsageError("Pass --config=configs/X.py (or --table=DIR).")
+  if _OUTPUT.value:
+    lines.check_writable(_OUTPUT.value)  # before compiling, not after it
   report = compile_report.compile_report(cli.config_of(_CONFIG), _TARGET.value)
   print(compile_report.format_report(report))
   if _OUTPUT.value:
-    with open(_OUTPUT.value, "w") as f:
-      json.dump(report, f, indent=1, sort_keys=True)
+    storage.write_atomically(_OUTPUT.value, json.dumps(report, indent=1, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import re
 
 from absl import app, flags
 
-from transformer import cli, errors
+from transformer import cli, errors, storage
 from transformer.data import message_catalogs, package_texts
 
 _CORPUS = flags.DEFINE_enum("corpus", "catalogs", ["catalogs", "debian_docs"], "Which corpus.")
@@ -48,10 +48,30 @@ _MIN_PAIRS = flags.DEFINE_integer("min_pairs", 1000, "Fewer pairs than this is a
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  default = {"debian_docs": "data/debian_docs_en.txt.xz", "catalogs": "data/catalogs_en_de.tsv"}
+  out = default[_CORPUS.value] if _OUT.value is None else _OUT.value
+  check_out(out)
   if _CORPUS.value == "debian_docs":
-    print(debian_docs(_OUT.value or "data/debian_docs_en.txt.xz", _DEBS.value))
+    print(debian_docs(out, _DEBS.value))
   else:
-    print(catalogs(_OUT.value or "data/catalogs_en_de.tsv"))
+    print(catalogs(out))
+
+
+def check_out(out: str) -> None:
+  """--out names a file whose folder can be written, said before any corpus is read."""
+  if not out.strip():
+    raise errors.ConfigError("--out is empty; pass the file to write, e.g. "
+                             "--out=data/corpus.tsv.")
+  if os.path.isdir(out):
+    raise errors.ConfigError(f"--out={out} is a directory; pass a file path inside it.")
+  folder = os.path.dirname(os.path.abspath(out))
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError as e:
+    raise errors.ConfigError(f"Cannot make the folder of --out={out} ({e.strerror}); pass "
+                             "another path.") from None
+  if not os.access(folder, os.W_OK | os.X_OK):
+    raise errors.ConfigError(f"Cannot write in {folder} (--out={out}); pass another path.")
 
 
 def debian_docs(out: str, debs: str) -> str:
@@ -72,12 +92,8 @@ def debian_docs(out: str, debs: str) -> str:
   manifest.update(paragraphs=len(parts), words=sum(p["words"] for p in manifest["packages"].values()),
                   text_bytes=len(text), xz_bytes=len(packed),
                   sha256=hashlib.sha256(packed).hexdigest())
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  with open(out + ".tmp", "wb") as f:
-    f.write(packed)
-  os.replace(out + ".tmp", out)
-  with open(out + ".json", "w") as f:
-    json.dump(manifest, f, indent=1)
+  storage.write_atomically(out, packed)
+  storage.write_atomically(out + ".json", json.dumps(manifest, indent=1))
   return (f"{len(parts)} paragraphs, {manifest['words']} words of {len(package_texts.DEBIAN_DOCS)} "
           f"packages -> {out} ({len(packed) / 2**20:.1f} MiB, sha256 {manifest['sha256'][:16]})")
 
@@ -98,8 +114,7 @@ def catalogs(out: str) -> str:
   counts = collections.Counter(p.catalog for p in pairs)
   manifest = {"pairs": len(pairs), "sha256": digest, "lang": _LANG.value,
               "max_words": _MAX_WORDS.value, "catalogs": dict(sorted(counts.items()))}
-  with open(out + ".json", "w") as f:
-    json.dump(manifest, f, indent=1)
+  storage.write_atomically(out + ".json", json.dumps(manifest, indent=1))
   return f"{len(pairs)} pairs from {len(counts)} catalogs -> {out} (sha256 {digest[:16]})"
 
 

@@ -20,7 +20,8 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-host run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-host run.")
 _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
-    "distributed_timeout", 300, "Seconds a multi-host process waits for the others to join.")
+    "distributed_timeout", 300, "Seconds a multi-host process waits for the others to join.",
+    lower_bound=1)
 flags.mark_flags_as_required(["config", "workdir"])
 
 

@@ -44,6 +44,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+import contextlib  # noqa: E402
 import fcntl  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
@@ -122,6 +123,30 @@ def tfds_dir(tmp_path_factory):
 @pytest.fixture
 def tiny_config(tfds_dir):
   return tiny_experiment(tfds_dir)
+
+
+@contextlib.contextmanager
+def read_only(path):
+  """`path` (a directory) read-only for the block: a read-only bind mount as root (permission
+  bits do not stop root), its write permission taken otherwise; the test skips where
+  neither works (root without CAP_SYS_ADMIN)."""
+  path = str(path)
+  if os.geteuid() != 0:
+    mode = os.stat(path).st_mode
+    os.chmod(path, 0o555)
+    try:
+      yield
+    finally:
+      os.chmod(path, mode)
+    return
+  mount = subprocess.run(["mount", "--bind", path, path], capture_output=True)
+  if mount.returncode != 0:
+    pytest.skip(f"cannot make {path} read-only as root here: {mount.stderr.decode().strip()}")
+  try:
+    subprocess.run(["mount", "-o", "remount,bind,ro", path], check=True, capture_output=True)
+    yield
+  finally:
+    subprocess.run(["umount", path], check=True)
 
 
 def write_file(path: pathlib.Path, content: str | bytes) -> str:

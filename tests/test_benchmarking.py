@@ -75,6 +75,22 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   assert [t.stat().st_size > 0 for t in (tmp_path / "profile").rglob("*.xplane.pb")] == [True]
 
 
+def test_benchmark_flags_are_checked_before_any_work(tmp_path):
+  """Each was a traceback (UnboundLocalError, StatisticsError, a JAX error) or, for --output,
+  a FileNotFoundError after the whole benchmark had run; --mode= measured nothing, rc 0."""
+  script = [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py"]
+  for flags, said in ((["--steps=0"], "error: flag --steps=0: 0 is not a positive integer"),
+                      (["--repeats=0"], "error: flag --repeats=0: 0 is not a positive integer"),
+                      (["--mode=decode", "--decode_batch=0"], "error: flag --decode_batch=0"),
+                      (["--mode="], "error: No benchmark mode given"),
+                      ([f"--output={tmp_path}/none/x.json"],
+                       f"error: Cannot write --output={tmp_path}/none/x.json: the directory")):
+    proc = subprocess.run(script + flags, cwd=REPO, env=script_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.startswith(said), (flags, proc.stderr[-800:])
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-800:]
+
+
 @pytest.mark.parametrize("model_type", ["seq2seq", "lm"])
 def test_benchmark_decoding_reports_both_paths_for_every_model_kind(model_type):
   result = benchmarking.benchmark_decoding(

@@ -266,6 +266,11 @@ def test_compile_script_builds_the_main_job_with_the_vocabulary_its_data_gives(t
 def test_an_unknown_target_is_one_line():
   with pytest.raises(ConfigError, match="Unknown target 'v9x:2x2'"):
     compile_report.target_devices("v9x:2x2")
+  # A shape that is not numbers: ValueError before; a count of 0: advice to install a plugin.
+  for target, said in (("h100:abc", "needs a GPU count >= 1"), ("h100:0", "needs a GPU count"),
+                       ("v5e:4xq", "needs a topology of numbers >= 1")):
+    with pytest.raises(ConfigError, match=rf"^Target '{target}' {said}"):
+      compile_report.target_devices(target)
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])

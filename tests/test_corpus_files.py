@@ -45,6 +45,9 @@ def test_resolve_files_takes_globs_directories_and_lists_in_order(corpus):
   assert corpus_files.resolve_files(f"{books}/b.txt, {books}/a.txt") == expected[::-1]
   with pytest.raises(ValueError, match=r"config.data_files=',' names no file; pass "):
     corpus_files.resolve_files(",")  # not an IndexError further on
+  comma = write_file(corpus / "one, two.txt", "a file whose name holds a comma\n")
+  assert corpus_files.resolve_files(comma) == [comma]  # "No file matches 'one'" before
+  assert corpus_files.resolve_files([comma, expected[0]]) == [comma, expected[0]]
 
 
 def test_content_fingerprint_sees_other_text_not_a_touch(tmp_path):
@@ -86,6 +89,24 @@ def test_hold_out_is_seeded_and_drops_train_copies_of_held_out_text():
 def test_hold_out_errors_say_what_to_change(docs, fraction, message):
   with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
     corpus_files.hold_out(docs, lambda d: d, fraction, 0, "f")
+
+
+def test_content_fingerprint_sees_a_same_length_edit_in_the_middle_of_a_large_file(tmp_path):
+  """A 2.8 MB corpus with 'the' replaced by 'XYZ' between its first and last MiB, its mtime
+  set back: the prepared dataset, the tokenizer and a resume must all see other text (a hash
+  of the first and last MiB did not)."""
+  words = ("the cat sat on the mat and the dog ran off\n" * 65_000).encode()
+  path = write_file(tmp_path / "big.txt", words)
+  os.utime(path, ns=(10**18, 10**18))
+  first, key = corpus_files.content_fingerprint(path), corpus_files.fingerprint([path])
+  middle = slice((1 << 20) + 100, len(words) - (1 << 20) - 100)
+  edited = words[:middle.start] + words[middle].replace(b"the", b"XYZ") + words[middle.stop:]
+  assert len(edited) == len(words) and middle.stop - middle.start > 500_000
+  with open(path, "r+b") as f:  # in place: the same inode
+    f.write(edited)
+  os.utime(path, ns=(10**18, 10**18))
+  assert corpus_files.content_fingerprint(path) != first
+  assert corpus_files.fingerprint([path]) != key
 
 
 def test_fingerprint_changes_with_contents_and_options(tmp_path):

@@ -57,6 +57,11 @@ def test_model_scale_fields_take_numbers():
     (dict(fixed={**TINY, "batch_size": "abc"}), "The sweep sets batch_size='abc', which does "
                                                 "not fit the field"),
     (dict(axes=({"learning_rate": [1e-3, "fast"]},)), "learning_rate='fast'"),
+    # One point named learning_rate=0.001,learning_rate=0.002 ran at 0.002 before.
+    (dict(axes=({"learning_rate": [1e-3]}, {"learning_rate": [2e-3]})),
+     r"^'learning_rate' is on axis 1 and on axis 0: a point can set it once"),
+    (dict(axes=({"batch_size": [8, 32]},)), r"^'batch_size' is on axis 0 and on `fixed`"),
+    (dict(axes=({"learning_rate": []},)), r"^Axis 0 of the sweep has no values"),
 ])
 def test_malformed_sweeps_are_one_line_errors(kw, message):
   with pytest.raises(ValueError, match=message):
@@ -70,6 +75,26 @@ def test_load_sweep_errors(tmp_path):
   bad.write_text("X = 1\n")
   with pytest.raises(ValueError, match="no get_sweep"):
     sweeps.load_sweep(str(bad))
+  # A sweep file, or its base config, that does not parse, fails or returns something else:
+  # one line naming the file (a SyntaxError or TypeError traceback before).
+  bad.write_text("def get_sweep(:\n")
+  with pytest.raises(ValueError, match=r"bad.py does not parse \(.* at line 1\); fix it.$"):
+    sweeps.load_sweep(str(bad))
+  bad.write_text("def get_sweep():\n  return 5\n")
+  with pytest.raises(ValueError, match=r"bad.py's get_sweep\(\) returned int 5, not a Sweep.$"):
+    sweeps.load_sweep(str(bad))
+  base = tmp_path / "base.py"
+  bad.write_text(f"from transformer.research.sweeps import Sweep\n"
+                 f"def get_sweep():\n  return Sweep(name='b', question='q', base={str(base)!r}, "
+                 f"axes=(), seeds=(0,))\n")
+  for text, message in (("def get_config(:\n", r"base.py does not parse"),
+                        ("def get_config():\n  return 5\n",
+                         r"base.py's get_config\(\) returned int 5, not a ConfigDict"),
+                        ("def get_config():\n  return undefined\n",
+                         r"base.py's get_config\(\) fails \(NameError: .* at line 2\)")):
+    base.write_text(text)
+    with pytest.raises(ValueError, match=message):
+      sweeps.load_sweep(str(bad))
 
 
 def test_every_shipped_sweep_loads_and_expands():

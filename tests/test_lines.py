@@ -3,6 +3,7 @@
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 
@@ -52,7 +53,7 @@ def test_a_language_model_continues_each_line(tiny_config):
   model = DecoderOnly(cfg)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), np.ones((1, 4), np.int32))["params"]
   tiny_config.model_type = "lm"
-  loaded = loading.Loaded("", 0, model, params, cfg, tiny_config, tok)
+  loaded = loading.Loaded("", 0, model, params, cfg, tiny_config, tok, {})
   assert lines_io.max_input_len(loaded) == 11 and lines_io.prompt_ends_with_eos(tiny_config)
   ids, truncated = lines_io.encode_lines(loaded, ["a b", "", "a " * 20])
   assert ids[0] == [3, 4, 1] and ids[1] == [] and len(ids[2]) == 11 and ids[2][-1] == 1
@@ -77,7 +78,7 @@ def test_decode_script(decode_run):
 
   run = _script("decode.py", f"--workdir={decode_run}/nope", stdin="a b\n")
   assert run.returncode == 1 and run.stdout == ""
-  assert run.stderr.strip().splitlines()[-1].startswith("error: No config.json in")
+  assert run.stderr.strip().splitlines()[-1].startswith("error: No checkpoints in")
   run = _script("evaluate.py", f"--workdir={decode_run}", "--step=3")
   assert run.returncode == 1
   assert run.stderr.strip().splitlines()[-1].startswith("error: No checkpoint for step 3")
@@ -124,6 +125,9 @@ def test_an_unwritable_output_fails_before_any_work(tmp_path):
     lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "nodir" / "out.txt"))
   with pytest.raises(loading.InferenceError, match="Cannot read --input="):
     lines_io.decode_file(str(tmp_path / "no_run"), str(tmp_path / "missing.txt"))
+  with pytest.raises(loading.InferenceError, match=r"Cannot read --reference=.*missing.txt \(No "
+                     r"such file or directory\); pass an existing text file.$"):
+    lines_io.score_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "missing.txt"))
 
 
 def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
@@ -138,6 +142,13 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
   for output, flag in ((source, "--input"), (tmp_path / "." / "ref.txt", "--reference")):
     with pytest.raises(loading.InferenceError, match=f"is also {flag}, "):
       lines_io.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(output))
+  hard = tmp_path / "refhard.txt"
+  os.link(reference, hard)  # another name of the same file: compared by identity
+  with pytest.raises(loading.InferenceError, match="refhard.txt is also --reference, "):
+    lines_io.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(hard))
+  os.link(source, tmp_path / "inhard.txt")
+  with pytest.raises(loading.InferenceError, match="inhard.txt is also --input, "):
+    lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "inhard.txt"))
   assert source.read_text() == "a b\n" and reference.read_text() == "b a\n"
   # gs:// paths are compared as written (no local realpath), before anything is read.
   with pytest.raises(loading.InferenceError, match="is also --input, "):

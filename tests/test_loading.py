@@ -1,5 +1,6 @@
 """Loading a workdir for inference: every mistake is one clear line."""
 
+import json
 import os
 import shutil
 
@@ -12,7 +13,7 @@ from transformer.inference import loading
 def test_mistakes_give_one_clear_line(decode_run, tmp_path):
   empty = tmp_path / "empty"
   empty.mkdir()
-  with pytest.raises(loading.InferenceError, match="No config.json"):
+  with pytest.raises(loading.InferenceError, match="No checkpoints in"):
     loading.load(str(empty))
   (empty / "config.json").write_text(open(os.path.join(decode_run, "config.json")).read())
   with pytest.raises(loading.InferenceError, match="No checkpoints in") as e:
@@ -39,6 +40,45 @@ def test_another_runs_tokenizer_copied_into_the_workdir_is_refused(decode_run, t
                      r"trained with \(tokenizer.json:\w+ -> tokenizer.json:\w+\)"):
     loading.load(str(workdir))
   assert loading.load(str(workdir), tokenizer=os.path.join(decode_run, "tokenizer.json"))
+  from transformer.research import analysis
+  with pytest.raises(loading.InferenceError, match="tokenizer file is not the one"):
+    analysis.analyze(str(workdir), num_batches=1)  # its statistics read through the tokenizer
+  assert not (workdir / "plots").exists()
+
+
+def _copy_with_config_file(decode_run, workdir, edit) -> str:
+  shutil.copytree(decode_run, workdir, ignore=shutil.ignore_patterns("*.lock*", "eval", "plots"))
+  path = workdir / "config.json"
+  path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+  return str(workdir)
+
+
+def _edit_data_fields(config):
+  config["experiment"]["synthetic"]["seed"] = 5  # another held-out split, were it read
+  config["experiment"]["label_smoothing"] = 0.0  # another eval loss, were it read
+  return config
+
+
+@pytest.mark.parametrize("edit", [_edit_data_fields, lambda c: {"experiment": {}, "model": {}},
+                                  lambda c: {"experiment": {"model": 5}}],
+                         ids=["data_fields", "emptied", "not_a_config"])
+def test_readers_take_the_checkpoints_record_not_an_edited_config_json(decode_run, tmp_path,
+                                                                       edit, caplog):
+  """evaluate, decode and analyze read the experiment recorded with the checkpoint, as a
+  resume does: an edited config.json is said in a warning and changes no figure."""
+  from transformer.research import analysis
+  from transformer.training import evaluate
+  workdir = _copy_with_config_file(decode_run, tmp_path / "w", edit)
+  with caplog.at_level("WARNING"):
+    loaded = loading.load(workdir)
+  assert "config.json's experiment is not the one recorded with the checkpoint" in caplog.text
+  assert loaded.experiment.synthetic.seed == 0 and loaded.experiment.label_smoothing == 0.1
+  logged = [json.loads(line) for line in open(os.path.join(decode_run, "metrics.jsonl"))]
+  logged = [r for r in logged if r["split"] == "eval" and r["step"] == loaded.step][-1]
+  results = evaluate.evaluate_workdir(workdir, decode=False)
+  assert results["loss"] == pytest.approx(logged["loss"], rel=1e-5)
+  assert results["accuracy"] == pytest.approx(logged["accuracy"], rel=1e-5)
+  assert analysis.analyze(workdir, num_batches=1)["step"] == loaded.step
 
 
 def test_the_summary_in_config_json_counts_the_restored_params(decode_run):

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, script_env, tiny_experiment
+from conftest import REPO, read_only, script_env, tiny_experiment
 from transformer import checkpoint, model_summary, storage
 from transformer.data import corpus_files
 from transformer.errors import NonFiniteLossError, UserError
@@ -249,6 +249,17 @@ def test_a_resume_onto_other_data_is_refused_before_any_dataset_is_built(
   assert not (tmp_path / "tfds").exists()
 
 
+def test_a_resume_with_another_optimizer_names_it(five_steps, tiny_config, tmp_path):
+  """An 800-character list of optimizer-state paths before, never naming the optimizer."""
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  tiny_config.update(num_train_steps=10, optimizer="sgd")
+  with pytest.raises(loop.TrainingError, match=r"^Workdir .* was trained with optimizer='adam', "
+                     r"whose state its checkpoints hold, not 'sgd''s; resume with "
+                     r"--config.optimizer=adam, or use a new --workdir.$"):
+    loop.train_and_evaluate(tiny_config, str(workdir))
+
+
 def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tiny_config,
                                                                  tmp_path):
   """Not a silent success that passes the 5-step run off as a 3-step one."""
@@ -260,6 +271,43 @@ def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tin
     loop.train_and_evaluate(tiny_config, str(workdir))
   tiny_config.num_train_steps = 5  # the same command again: its evaluations, nothing trained
   assert loop.train_and_evaluate(tiny_config, str(workdir))["step"] == 5
+
+
+def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_stop(
+    tiny_config, tmp_path, monkeypatch):
+  """Log every 5 steps, checkpoint every 2: a checkpoint does not cut the window; a run
+  stopped at step 6 and resumed covers steps 7-10 in its step-10 record (the unbroken run
+  6-10) and says so, rather than passing steps 7-10 off as the window of 6-10."""
+  from transformer.training import stop_signals
+  tiny_config.update(num_train_steps=10, log_every_steps=5, checkpoint_every_steps=2,
+                     eval_every_steps=10)
+  unbroken, resumed = str(tmp_path / "unbroken"), str(tmp_path / "resumed")
+  loop.train_and_evaluate(tiny_config, unbroken)
+  train = {r["step"]: r for r in writers.read_metrics(unbroken, "train")}
+  assert (train[5]["first_step"], train[10]["first_step"]) == (1, 6)
+  monkeypatch.setattr(stop_signals.StopSignals, "should_stop", lambda self, step: step == 6)
+  assert loop.train_and_evaluate(tiny_config, resumed)["preempted_at"] == 6
+  monkeypatch.undo()
+  loop.train_and_evaluate(tiny_config, resumed)
+  again = {r["step"]: r for r in writers.read_metrics(resumed, "train")}
+  assert again[5] == {**train[5], **{k: again[5][k] for k in ("tokens_per_sec", "steps_per_sec")}}
+  assert again[10]["first_step"] == 7 and again[10]["loss"] != train[10]["loss"]
+
+
+def test_a_read_only_checkpoint_directory_is_refused_before_training(five_steps, tiny_config,
+                                                                    tmp_path):
+  """A resume into a read-only checkpoints/ trained to the next save, stalled 5 minutes in
+  orbax and ended in 4 tracebacks: now one line before any step, naming the directory."""
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  metrics = (workdir / writers.METRICS_FILE).read_text()
+  tiny_config.num_train_steps = 10
+  with read_only(workdir / checkpoint.CHECKPOINT_DIR):
+    with pytest.raises(loop.TrainingError, match=r"^The checkpoint directory .*/checkpoints is "
+                       r"not writable \((Read-only file system|Permission denied)\); make it "
+                       r"writable, or pass another --workdir.$"):
+      loop.train_and_evaluate(tiny_config, str(workdir))
+  assert (workdir / writers.METRICS_FILE).read_text() == metrics  # no step trained
 
 
 def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps, tiny_config,
@@ -393,6 +441,10 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   with pytest.raises(loading.InferenceError, match=rf"The data files of {workdir} hold other "
                      rf"text than it was trained on \(data_files: {book} changed\)"):
     evaluate.evaluate_workdir(workdir)  # its eval split held out of other text
+  from transformer.research import analysis
+  with pytest.raises(loading.InferenceError, match=rf"The data files of {workdir} hold other "
+                     rf"text than it was trained on \(data_files: {book} changed\)"):
+    analysis.analyze(workdir, num_batches=1)  # its statistics: of that split too
   config.allow_data_change = True
   assert loop.train_and_evaluate(config, workdir)["step"] == 6
   identity = checkpoint.read_config(workdir)[checkpoint.IDENTITY_KEY]  # now the run's own

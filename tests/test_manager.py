@@ -20,8 +20,9 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from conftest import script_env
+from conftest import read_only, script_env
 from transformer import checkpoint as ckpt
+from transformer import errors as ckpt_errors
 from transformer.config import ModelConfig
 from transformer.training.state import TrainState
 
@@ -93,6 +94,19 @@ def test_round_trip_bitwise_and_sharded(tmp_path, mesh):
   for r, t in zip(jax.tree.leaves(restored), jax.tree.leaves(template)):
     assert r.sharding == t.sharding  # back on the mesh as asked
   assert isinstance(restored, TrainState)
+
+
+def test_a_save_into_a_directory_made_read_only_is_one_line_at_once(tmp_path, mesh):
+  """orbax's thread that makes the step directory failed while the others waited 5 minutes
+  for its signal, then 4 tracebacks: the save refuses first, naming the directory."""
+  with ckpt.Checkpointer(str(tmp_path), async_save=True) as c:
+    assert c.save(1, make_state(mesh), config=CONFIG)
+    c.wait_until_finished()
+    with read_only(c.directory):
+      with pytest.raises(ckpt_errors.RunError, match=r"^Cannot save checkpoint 2: .*checkpoints "
+                         r"is not writable \(a read-only file system or no write permission\)"):
+        c.save(2, make_state(mesh, seed=2))
+    assert c.all_steps() == [1]
 
 
 def test_force_replaces_and_explicit_step(tmp_path, mesh):

@@ -108,3 +108,13 @@ def test_make_corpus_writes_the_tsv_and_its_manifest(tmp_path):
   assert len(out.read_text(encoding="utf-8").splitlines()) == 5
   proc = subprocess.run(script + ["--min_pairs=100"], capture_output=True, text=True)
   assert proc.returncode != 0 and "Only 5 pairs in 1 'de' catalogs" in proc.stderr
+  # --out empty or a directory: one line before any catalog is read, and no temporary file
+  # left (one stayed in the working directory, 3.5 MB, before).
+  before = sorted(p.name for p in tmp_path.iterdir())
+  for out, said in (("", "error: --out is empty; pass the file to write"),
+                    (str(tmp_path), f"error: --out={tmp_path} is a directory; pass a file path")):
+    proc = subprocess.run(script[:-1] + [f"--out={out}", "--min_pairs=3"], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(said)
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+  assert sorted(p.name for p in tmp_path.iterdir()) == before

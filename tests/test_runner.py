@@ -69,6 +69,19 @@ def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):
   assert ok["metrics"]["length_1x/loss"] == pytest.approx(ok["metrics"]["eval/loss"], rel=1e-4)
 
 
+def test_a_point_diverging_before_its_first_metrics_line_is_recorded_and_the_sweep_goes_on(
+    tmp_path):
+  """No metrics.jsonl yet (no diagnostics, the first log step after the divergence): the
+  point's series are empty, not a FileNotFoundError that aborted the sweep."""
+  sweep = tiny_sweep(axes=({"learning_rate": [1e38, 2e-3]},),
+                     fixed={**TINY, "diagnostics_every_steps": 0, "log_every_steps": 4},
+                     metrics=("eval/nll",), curves=("eval/nll",))
+  sweeps.run_sweep(sweep, str(tmp_path))
+  by_lr = {r["overrides"]["learning_rate"]: r for r in sweeps.load_results(str(tmp_path))}
+  assert by_lr[1e38]["status"] == "diverged" and "Non-finite" in by_lr[1e38]["message"]
+  assert by_lr[2e-3]["status"] == "ok"
+
+
 def test_a_point_locked_by_a_live_process_is_skipped(tmp_path):
   sweep = tiny_sweep()
   point = sweeps.expand(sweep)[0]
@@ -141,6 +154,14 @@ def test_a_sweep_stopped_before_any_point_finished_says_so_and_ends_cleanly(tmp_
                   "(a stopped point resumes from its checkpoint).")
   with pytest.raises(ValueError, match="No finished points"):  # asked to tabulate: nothing to
     sweeps.run_command(str(tmp_path / "s.py"), str(tmp_path / "w"), aggregate_only=True)
+
+
+def test_a_workdir_that_is_a_file_is_one_line(tmp_path):
+  """A NotADirectoryError traceback before."""
+  (tmp_path / "w").write_text("a file\n")
+  with pytest.raises(ConfigError, match=r"^--workdir=.*/w is a file, not a directory"):
+    sweeps.run_command(_sweep_file(tmp_path / "s.py"), str(tmp_path / "w"))
+  assert (tmp_path / "w").read_text() == "a file\n"
 
 
 def test_a_fixed_value_of_the_wrong_type_is_one_line_before_any_point_dir(tmp_path):
@@ -224,6 +245,9 @@ def test_seeds_given_on_the_command_line_are_checked_against_confirm_seeds(tmp_p
   lines = sweeps.run_command(str(path), str(tmp_path / "w"), seeds=["0", "1"],
                              print_launch=True).splitlines()
   assert len(lines) == 2 * 2 * 2 + 1  # arms x rates x seeds, then the aggregation command
+  # Each command carries the seeds: without them, --point='...,seed=1' of a sweep run with
+  # --seeds=0,1 would name the file's points, not these.
+  assert all(" --seeds=0,1 " in line for line in lines), lines
   # Seeds that are not integers, repeat, or are negative: one line each (a ValueError and
   # silently repeated runs before).
   for bad, message in ((["a"], r"^--seeds=a must be integers, e.g. --seeds=0,1,2.$"),

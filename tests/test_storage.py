@@ -139,3 +139,29 @@ def test_data_files_in_a_bucket_are_found_read_and_fingerprinted_as_local_ones(g
   assert corpus_files.documents(f"{root}/a.txt", "paragraph") == \
       [("first line", f"{root}/a.txt:1"), ("second paragraph", f"{root}/a.txt:3")]
   assert corpus_files.fingerprint(want) != corpus_files.fingerprint(want[:1])
+
+
+def test_gs_paths_without_gcsfs_are_one_line_wherever_they_appear(tiny_config, tmp_path,
+                                                                  monkeypatch):
+  """Data files, the TFDS directory, decode's --input/--output and evaluate's --reference:
+  an ImportError ('Please install gcsfs') deep in etils or TFDS before, now one line naming
+  the flag, before any work (as a gs:// --workdir already was)."""
+  from transformer.errors import ConfigError
+  from transformer.inference import lines
+  from transformer.training import experiment
+  monkeypatch.setattr(storage, "_gcsfs_installed", lambda: False)
+  said = r"is on GCS, which needs gcsfs: pip install -e '.\[gcs\]'.$"
+  for field, value in (("tfds_data_dir", "gs://b/tfds"), ("data_files", "gs://b/*.txt"),
+                       ("eval_files", ["a.txt", "gs://b/eval.txt"])):
+    config = tiny_config.copy_and_resolve_references()
+    config[field] = value
+    with pytest.raises(ConfigError, match=rf"^--config.{field}=gs://b/\S+ {said}"):
+      experiment.validate(config)
+  local = tmp_path / "in.txt"
+  local.write_text("a b\n")
+  for flags, call in (
+      ("--input=gs://b/in.txt", lambda: lines.decode_file("w", "gs://b/in.txt", "-")),
+      ("--output=gs://b/out.txt", lambda: lines.decode_file("w", str(local), "gs://b/out.txt")),
+      ("--reference=gs://b/ref.txt", lambda: lines.score_file("w", str(local), "gs://b/ref.txt"))):
+    with pytest.raises(ConfigError, match=rf"^{flags} {said}"):
+      call()

@@ -6,7 +6,9 @@ import pathlib
 import numpy as np
 import pytest
 
+from conftest import read_only
 from transformer.data import synthetic
+from transformer.errors import ConfigError
 from transformer.data.synthetic import SyntheticConfig
 from transformer.token_ids import EOS_ID as EOS, NUM_RESERVED
 
@@ -121,3 +123,12 @@ def test_builder_matches_generate_and_is_reused(data_dir, task, caplog):
   again = synthetic.build_synthetic(data_dir, task=task, **SMALL)
   assert again.data_path == builder.data_path
   assert _mtimes(again.data_path) == mtimes  # not regenerated
+
+
+def test_a_dataset_not_prepared_in_a_read_only_tfds_dir_is_one_line(tmp_path):
+  """TFDS's OSError on its downloads/ folder before: now what is missing and what to pass."""
+  with read_only(tmp_path):
+    with pytest.raises(ConfigError, match=r"^The dataset reverse-\S+ is not prepared in .* and "
+                       r"that directory is not writable \((Read-only file system|Permission "
+                       r"denied)\); pass a --config.tfds_data_dir you can write to"):
+      synthetic.build_synthetic(str(tmp_path), task="reverse", **SMALL)

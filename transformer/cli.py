@@ -9,13 +9,12 @@ research/; nothing in the package imports it.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
-from transformer import errors
+from transformer import errors, storage
 from transformer.errors import ConfigError, UserError, disk_full, one_line
 from transformer.inference.decoding import METHODS, DecodeConfig
 
@@ -71,7 +70,8 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
   configs/lm.py:NAME does for an unknown recipe) ends as its own one line: config_flags hands
   it to absl as the text of its traceback, whose last line is `transformer.errors.CLASS: MSG`.
   A bad value of a --config override is one line naming the flag, its value and the cause
-  (ml_collections' "invalid literal for int()"); any other flag error keeps absl's report."""
+  (ml_collections' "invalid literal for int()"); any other flag error (an unknown flag, a
+  value under a flag's bound) is absl's message on one line."""
   from absl import flags
 
   try:
@@ -86,19 +86,19 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
     text = " ".join(str(e).split())
     if text.startswith("flag --config."):  # IllegalFlagValueError of an override
       exit_with(f"bad --config or override: {text[len('flag '):]}")
-    # absl's own report (app.parse_flags_with_usage), without parsing again: a second parse
-    # would define the config's override flags twice and report that instead.
-    sys.stderr.write(f"FATAL Flags parsing error: {text}\n"
-                     "Pass --helpshort or --helpfull to see help on flags.\n")
-    sys.exit(1)
+    # absl's own message, without parsing again: a second parse would define the config's
+    # override flags twice and report that instead.
+    exit_with(f"{text} (--helpshort lists the flags)")
   # An empty --workdir (an unset shell variable: --workdir=$RUN) would be the current
   # directory, and a training run would fill the repository root.
   workdir = flags.FLAGS["workdir"].value if "workdir" in flags.FLAGS else None
   if workdir is not None and not workdir.strip():
     exit_with("--workdir is empty (an unset shell variable?); pass the run's directory, e.g. "
               "--workdir=/tmp/run.")
-  if workdir and workdir.startswith("gs://") and importlib.util.find_spec("gcsfs") is None:
-    exit_with(f"--workdir={workdir} is on GCS, which needs gcsfs: pip install -e '.[gcs]'.")
+  try:
+    storage.check_reachable(workdir, "--workdir")
+  except UserError as e:
+    exit_with(str(e))
   return rest
 
 

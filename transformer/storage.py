@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import glob as globlib
+import importlib.util
 import os
-from typing import Union
+from typing import Optional, Sequence, Union
 
 from etils import epath
+
+from transformer.errors import ConfigError
 
 PathLike = Union[str, os.PathLike]
 
@@ -29,8 +32,28 @@ def is_local(path: PathLike) -> bool:
   return "://" not in os.fspath(path)
 
 
+def _gcsfs_installed() -> bool:
+  return importlib.util.find_spec("gcsfs") is not None
+
+
+def check_reachable(path: Optional[PathLike], what: str = "") -> None:
+  """A one-line ConfigError for a gs:// path where gcsfs, which serves it, is not installed
+  (an ImportError deep in etils or TFDS otherwise); `what` names the flag or field."""
+  if path is not None and os.fspath(path).startswith("gs://") and not _gcsfs_installed():
+    name = f"{what}={os.fspath(path)}" if what else os.fspath(path)
+    raise ConfigError(f"{name} is on GCS, which needs gcsfs: pip install -e '.[gcs]'.")
+
+
+def check_all_reachable(fields: dict[str, Union[None, PathLike, Sequence[PathLike]]]) -> None:
+  """check_reachable of every path of {what: a path, a list of them, or None}."""
+  for what, value in fields.items():
+    for path in [value] if value is None or isinstance(value, (str, os.PathLike)) else value:
+      check_reachable(path, what)
+
+
 def as_path(path: PathLike) -> epath.Path:
   """`path` as an epath.Path: a pathlib-like object for local paths and gs:// alike."""
+  check_reachable(path)
   return epath.Path(path)
 
 

@@ -28,7 +28,8 @@ from transformer.checkpoint.checksums import (CHECKSUMS_KEY, checksums, path_str
 from transformer.checkpoint.config_file import to_json
 from transformer.checkpoint.step_dirs import (IncompatibleCheckpointError, checkpoint_dir,
                                               newest_readable)
-from transformer.errors import ConfigError, MissingFileError
+from transformer import storage
+from transformer.errors import ConfigError, MissingFileError, RunError
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class Checkpointer:
         log.warning("Checkpoint %s already exists; not saved again (force=True replaces it).",
                     self.step_path(step))
         return False
+    self._check_writable(step)
     items: dict[str, Any] = {"state": ocp.args.StandardSave(state)}
     if data_iter is not None:
       import grain  # local: only a job with an iterator needs grain's orbax handler
@@ -105,6 +107,15 @@ class Checkpointer:
                                custom_metadata=custom)
     self._corrupt.discard(step)
     return bool(saved)
+
+  def _check_writable(self, step: int) -> None:
+    """A one-line RunError now where the checkpoint directory cannot be written (made
+    read-only, its permissions taken): orbax's thread that makes the step's directory would
+    fail while the others wait minutes for it."""
+    if storage.is_local(self.directory) and not os.access(self.directory, os.W_OK | os.X_OK):
+      raise RunError(f"Cannot save checkpoint {step}: {os.fspath(self.directory)} is not "
+                     "writable (a read-only file system or no write permission); make it "
+                     "writable and rerun the same command to resume from the newest checkpoint.")
 
   def _move_aside(self, step: int) -> None:
     self.set_aside(step, "corrupt")

@@ -20,11 +20,14 @@ from transformer.errors import ConfigError, MissingFileError, RunError, one_line
 
 class LoadedParams(tuple):
   """(params, model_config), unpacked as a pair, with the checkpoint step they came from as
-  `.step`: `params, config = load_params(w)` and `load_params(w).step` both work."""
+  `.step` and the run's record stored with that step as `.record` (experiment, model and
+  identity; config.json's only for a checkpoint that holds none): `params, config =
+  load_params(w)`, `load_params(w).step` and `load_params(w).record` all work."""
 
-  def __new__(cls, params: Any, model_config: ModelConfig, step: int) -> "LoadedParams":
+  def __new__(cls, params: Any, model_config: ModelConfig, step: int,
+              record: Optional[dict[str, Any]] = None) -> "LoadedParams":
     loaded = super().__new__(cls, (params, model_config))
-    loaded.step = step
+    loaded.step, loaded.record = step, dict(record or {})
     return loaded
 
   @property
@@ -107,4 +110,4 @@ def load_params(workdir: str, step: Optional[int] = None) -> LoadedParams:
         f"Checkpoint {directory / str(step)} has no model config, nor has {workdir}/{CONFIG_FILE}; "
         "write one with transformer.checkpoint.write_config(workdir, {'model': "
         "ModelConfig(...).to_dict()}).")
-  return LoadedParams(params, ModelConfig.from_dict(config["model"]), step)
+  return LoadedParams(params, ModelConfig.from_dict(config["model"]), step, config)

@@ -4,7 +4,7 @@
   parallel_text  translation from TSV files or two line-aligned files; features
                  {'source', 'target', 'origin'}.
 A prepared dataset is named by a fingerprint of the files' paths, their contents (size and a
-hash of the first and last MiB: `corpus_files.content_fingerprint`) and the options, so files
+hash of every byte: `corpus_files.content_fingerprint`) and the options, so files
 holding other text give a new dataset. Both hold out a deterministic validation split
 (`corpus_files.hold_out`), or read it from eval_files when given; with test_fraction > 0 they
 first hold out a test split as well (for reporting a result whose settings were chosen on

@@ -28,6 +28,7 @@ import re
 import struct
 from typing import Iterable, Sequence
 
+from transformer import storage
 from transformer.errors import ConfigError
 
 LOCALE_GLOBS = ("/usr/share/locale/{lang}/LC_MESSAGES/*.mo",
@@ -129,7 +130,5 @@ def sentence_pairs(paths: Iterable[str], max_words: int = 30) -> list[Pair]:
 def write_tsv(pairs: Sequence[Pair], path: str) -> None:
   """source<TAB>target, one pair a line (what parallel_text reads)."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path + ".tmp", "w", encoding="utf-8") as f:
-    for p in pairs:
-      f.write(f"{p.source}\t{p.target}\n")
-  os.replace(path + ".tmp", path)
+  storage.write_atomically(path, "".join(f"{p.source}\t{p.target}\n" for p in pairs)
+                           .encode("utf-8"))

@@ -9,12 +9,15 @@ bars show on a terminal only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import sys
 from typing import Callable, TypeVar
 
 import tensorflow_datasets as tfds
 from absl import logging
+
+from transformer.errors import ConfigError
 
 Builder = TypeVar("Builder", bound=tfds.core.DatasetBuilder)
 
@@ -34,8 +37,13 @@ def prepared(make: Callable[[], Builder]) -> Builder:
   try:
     with contextlib.redirect_stdout(io.StringIO()):
       builder.download_and_prepare()
-  except OSError:
+  except OSError as e:
     builder = make()
     if not builder.is_prepared():
+      if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        raise ConfigError(
+            f"The dataset {builder.builder_config.name} is not prepared in {builder.data_dir} "
+            f"and that directory is not writable ({e.strerror}); pass a --config.tfds_data_dir "
+            "you can write to (it is prepared there once).") from None
       raise
   return builder

@@ -114,7 +114,7 @@ def decode_lines(loaded: loading.Loaded, lines: Sequence[str], config: DecodeCon
   return outputs
 
 
-def read_lines(path: str) -> list[str]:
+def read_lines(path: str, flag: str = "--input") -> list[str]:
   """Lines of a UTF-8 file ('-' = stdin) without their line break; a final line break does
   not add an empty line. Invalid UTF-8 is replaced by U+FFFD with a warning naming the line."""
   if path == "-":
@@ -124,12 +124,19 @@ def read_lines(path: str) -> list[str]:
   try:
     return corpus_files.read_lines(path)
   except OSError as e:
-    raise loading.InferenceError(f"Cannot read --input={path} ({e.strerror}); pass an existing "
-                                 "text file, or '-' for stdin.") from None
+    raise loading.InferenceError(f"Cannot read {flag}={path} ({e.strerror}); pass an existing "
+                                 "text file" + (", or '-' for stdin." if flag == "--input"
+                                                else ".")) from None
 
 
 def _same_file(a: str, b: str) -> bool:
+  """Whether two paths name one file: by identity (device and inode) where both exist, so a
+  hard link, a symlink or another spelling of the same file are all the same."""
+  if a == "-" or b == "-":
+    return False
   if storage.is_local(a) and storage.is_local(b):
+    if os.path.exists(a) and os.path.exists(b):
+      return os.path.samefile(a, b)
     return os.path.realpath(a) == os.path.realpath(b)
   return a == b
 
@@ -139,7 +146,7 @@ def check_writable(path: str, inputs: Optional[Mapping[str, str]] = None) -> Non
   written, or is one of `inputs` ({flag: path} of the files read): outputs never overwrite
   inputs."""
   for flag, source in (inputs or {}).items():
-    if path != "-" and _same_file(path, source):
+    if _same_file(path, source):
       raise loading.InferenceError(f"--output={path} is also {flag}, which writing it would "
                                    "overwrite; pass another --output.")
   if path == "-" or not storage.is_local(path):  # an object store: its write says if not
@@ -171,6 +178,7 @@ def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,
                 seed: int = 0) -> dict[str, Any]:
   """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`;
   returns what it did: {'workdir', 'step' (the checkpoint loaded), 'lines', 'output'}."""
+  storage.check_all_reachable({"--input": input_path, "--output": output_path})
   check_writable(output_path, {"--input": input_path})
   lines = read_lines(input_path)
   loaded = loading.load(workdir, step, tokenizer)
@@ -187,9 +195,12 @@ def score_file(workdir: str, input_path: str, reference_path: str,
   against `reference_path` (one reference a line) with sacrebleu's corpus BLEU, the figure
   `sacrebleu REFERENCE -i HYPOTHESES` prints; writes the hypotheses to `output_path` if given.
   Returns {'workdir', 'step', 'num_examples', 'bleu', 'bleu_signature', 'exact_match', ...}."""
+  storage.check_all_reachable({"--input": input_path, "--reference": reference_path,
+                               "--output": output_path})
   if output_path is not None:
     check_writable(output_path, {"--input": input_path, "--reference": reference_path})
-  sources, references = read_lines(input_path), read_lines(reference_path)
+  sources = read_lines(input_path)
+  references = read_lines(reference_path, "--reference")
   if not sources:
     raise loading.InferenceError(f"--input={input_path} holds no line: there is nothing to "
                                  "score; pass a test set of at least one line.")

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import flax.linen as nn
 import ml_collections
+from absl import logging
 
 from transformer import checkpoint
 from transformer.config import ModelConfig
@@ -34,8 +35,9 @@ class Loaded:
   model: nn.Module
   params: Any
   model_config: ModelConfig
-  experiment: ml_collections.ConfigDict
+  experiment: ml_collections.ConfigDict  # as recorded with the checkpoint
   tokenizer: Any  # encode(str) -> list[int] (no EOS), decode(ids) -> str, vocab_size
+  identity: dict[str, Any]  # what the run read beyond its config (workdir_checks.run_identity)
 
   @property
   def reads_source(self) -> bool:
@@ -47,24 +49,41 @@ class Loaded:
 def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:
   """The params of `step` (default: the newest readable checkpoint), model and tokenizer.
 
+  The experiment (data, split, seeds, tokenizer settings) is the one recorded with that
+  checkpoint, as training's resume reads it: an edited config.json changes nothing here.
   tokenizer: a tokenizer file or workdir to use instead of the workdir's own.
   """
   try:
-    saved = checkpoint.read_config(workdir)
     loaded = checkpoint.load_params(workdir, step)
   except (MissingFileError, RunError) as e:  # no checkpoint, or none readable
     raise InferenceError(one_line(e, limit=1000)) from None
-  (params, model_config), step = loaded, loaded.step
-  if "experiment" not in saved:
-    raise InferenceError(f"{workdir}/config.json has no 'experiment' entry, so it was not "
-                         "written by scripts/train.py; pass the workdir of a training run.")
-  experiment = ml_collections.ConfigDict(saved["experiment"])
+  (params, model_config), step, record = loaded, loaded.step, loaded.record
+  if not isinstance(record.get("experiment"), dict) or not record["experiment"]:
+    raise InferenceError(f"Checkpoint {step} of {workdir} records no experiment (nor does its "
+                         "config.json), so it was not written by scripts/train.py; pass the "
+                         "workdir of a training run.")
+  experiment = ml_collections.ConfigDict(record["experiment"])
+  _say_if_config_file_edited(workdir, record)
   tok = _tokenizer(workdir, experiment, tokenizer)
   if tokenizer is None:
-    _check_own_tokenizer(workdir, checkpoint.stored_config(workdir) or saved)
+    _check_own_tokenizer(workdir, record)
   _check_vocab(tok, model_config, experiment, tokenizer or workdir)
   model = model_for(experiment.get("model_type", "seq2seq"), model_config)
-  return Loaded(workdir, step, model, params, model_config, experiment, tok)
+  return Loaded(workdir, step, model, params, model_config, experiment, tok,
+                dict(record.get(checkpoint.IDENTITY_KEY) or {}))
+
+
+def _say_if_config_file_edited(workdir: str, record: dict[str, Any]) -> None:
+  """A warning where config.json's experiment is not the checkpoint's record: the record is
+  what is used, and the user who edited the file should know that the edit did nothing."""
+  try:
+    written = checkpoint.read_config(workdir).get("experiment")
+  except (MissingFileError, RunError):
+    return  # missing or damaged: the record stands alone
+  if written != checkpoint.to_json(record["experiment"]):
+    logging.warning("%s/config.json's experiment is not the one recorded with the checkpoint; "
+                    "the checkpoint's record is used (config.json is a copy for reading, never "
+                    "an input).", workdir)
 
 
 def _tokenizer(workdir: str, experiment: ml_collections.ConfigDict, path: Optional[str]):

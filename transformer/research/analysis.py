@@ -21,15 +21,13 @@ from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from transformer import checkpoint, diagnostics, storage
-from transformer.data import pipeline
 from transformer.errors import ConfigError, RunError
 from transformer.inference import loading
 from transformer.token_ids import EOS_ID, PAD_ID
-from transformer.training import experiment
+from transformer.training import evaluate
 from transformer.training.writers import METRICS_FILE, read_metrics
 
 NUM_BATCHES = 4  # held-out batches averaged over
@@ -313,13 +311,12 @@ def analyze(workdir: str, step: Optional[int] = None,
   """Runs the analysis of `workdir`; writes WORKDIR/plots/ and returns analysis.json's dict."""
   if num_batches < 1:
     raise ConfigError(f"num_batches={num_batches} must be >= 1.")
-  loaded = checkpoint.load_params(workdir, step)
+  loaded = loading.load(workdir, step)  # the run's own record and tokenizer, checked
   plots_dir = storage.join(workdir, "plots")
   _check_writable(plots_dir)  # before the work, not after it
-  (params, model_config), step = loaded, loaded.step
-  config = ml_collections.ConfigDict(checkpoint.read_config(workdir)["experiment"])
-  model = experiment.build_model(config, model_config)
-  datasets = pipeline.get_datasets(config, workdir=workdir)
+  params, model_config, step = loaded.params, loaded.model_config, loaded.step
+  config, model = loaded.experiment, loaded.model
+  datasets = evaluate.run_datasets(loaded)
 
   counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
   for batch in itertools.islice(datasets.train_iter(), FREQUENCY_BATCHES):
@@ -440,8 +437,7 @@ def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
 def first_heldout_text(workdir: str, max_tokens: int = 16) -> str:
   """The text of the first held-out example of a run's own data, for `attention_maps_of_text`:
   its source sentence (translation) or its first `max_tokens` tokens (language model)."""
-  config = ml_collections.ConfigDict(checkpoint.read_config(workdir)["experiment"])
-  datasets = pipeline.get_datasets(config, workdir=workdir)
+  datasets = evaluate.run_datasets(loading.load(workdir))
   batch = next(iter(datasets.eval_batches()), None)
   if batch is None:
     raise ConfigError(f"The eval split of {workdir} yielded no batches; pass a text instead.")

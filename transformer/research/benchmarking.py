@@ -135,8 +135,11 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   into that directory (TensorBoard's profile plugin or Perfetto open it).
   """
   unknown = sorted(set(modes) - set(MODES))
-  if unknown:
-    raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}.")
+  if unknown or not modes:
+    raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}."
+                      if unknown else f"No benchmark mode given; use any of {list(MODES)}.")
+  if min(steps, repeats) < 1:
+    raise ConfigError(f"steps={steps} and repeats={repeats} must each be >= 1.")
   bench, result = _setup(config, steps, repeats)
   compiled = None
   if "train" in modes or "diagnostics" in modes:

@@ -133,11 +133,19 @@ class _TpuSlice:
 
 
 def _target(target: str) -> "_GpuHost | _TpuSlice":
+  """The target named 'kind:shape', its shape's numbers checked: one line for 'h100:abc'
+  or 'v5e:0x4' rather than a ValueError or advice to install a plugin."""
   kind, _, shape = target.partition(":")
   kind = kind.lower()
   if kind in _GPU_DEVICES:
+    if shape and not (shape.isdigit() and int(shape) > 0):
+      raise ConfigError(f"Target {target!r} needs a GPU count >= 1 after the colon, e.g. "
+                        f"'{kind}:8' (or '{kind}' for one GPU).")
     return _GpuHost(kind, shape)
   if kind in CHIPS and kind not in GPUS and shape:
+    if not all(n.isdigit() and int(n) > 0 for n in shape.split("x")):
+      raise ConfigError(f"Target {target!r} needs a topology of numbers >= 1 joined by 'x' "
+                        f"after the colon, e.g. '{kind}:4x4' or '{kind}:2x2x1'.")
     return _TpuSlice(kind, shape)
   raise ConfigError(f"Unknown target {target!r}; use a TPU topology of one of "
                     f"{sorted(set(CHIPS) - set(GPUS))}, e.g. 'v5e:4x4' or 'v4:2x2x1', or a "

@@ -84,6 +84,26 @@ def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets
       fetch=lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)))
 
 
+def run_datasets(loaded: loading.Loaded,
+                 experiment: Optional[ml_collections.ConfigDict] = None) -> pipeline.Datasets:
+  """The datasets of a loaded run (`experiment`: its recorded one, or a copy with eval-time
+  changes such as the batch size), refused in one line where its data files hold other text
+  than it was trained on: its held-out split would then be other text. Every reader of a
+  run's data (evaluate, analyze, the sweep runner) takes them here."""
+  changed = workdir_checks.changed_data_files(loaded.identity, loaded.experiment,
+                                              loaded.workdir)
+  if changed:
+    raise loading.InferenceError(
+        f"The data files of {loaded.workdir} hold other text than it was trained on "
+        f"({', '.join(changed)}), so its held-out split would be other text; restore those "
+        "files to read it.")
+  try:
+    return pipeline.get_datasets(experiment or loaded.experiment, workdir=loaded.workdir)
+  except UserError as e:
+    raise loading.InferenceError(
+        f"The data of {loaded.workdir} cannot be read ({' '.join(str(e).split())}).") from None
+
+
 def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
                      config: DecodeConfig = DecodeConfig(), batch_size: Optional[int] = None,
                      tfds_data_dir: Optional[str] = None, decode: bool = True) -> dict[str, Any]:
@@ -92,14 +112,8 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   and hypotheses.txt / references.txt / sources.txt (one example a line) that
   `sacrebleu references.txt -i hypotheses.txt` scores as `results['bleu']`. Without decoding
   (decode=False, or an LM), the BLEU an earlier call wrote for this step is kept."""
+  storage.check_reachable(tfds_data_dir, "--tfds_data_dir")
   loaded = loading.load(workdir, step)
-  changed = workdir_checks.changed_data_files(workdir_checks.reference_config(workdir) or {},
-                                              loaded.experiment, workdir)
-  if changed:
-    raise loading.InferenceError(
-        f"The data files of {workdir} hold other text than it was trained on "
-        f"({', '.join(changed)}), so its eval split would be other text; restore those files "
-        "to evaluate it.")
   out_dir = storage.join(workdir, EVAL_DIR, str(loaded.step))
   # Before the evaluation, not after it: a read-only workdir is said at once.
   workdir_checks.check_writable(out_dir, "evaluation writes its results there: make the workdir "
@@ -111,11 +125,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   mesh = sharding.make_mesh()
   devices = mesh.devices.size
   exp.batch_size = -(-(batch_size or exp.batch_size) // devices) * devices  # splits evenly
-  try:
-    datasets = pipeline.get_datasets(exp, workdir=workdir)
-  except UserError as e:
-    raise loading.InferenceError(
-        f"The eval data of {workdir} cannot be read ({' '.join(str(e).split())}).") from None
+  datasets = run_datasets(loaded, exp)
   params = jax.device_put(loaded.params, sharding.replicated(mesh))
   built = steps.build_steps(exp, loaded.model, mesh)
   results: dict[str, Any] = {"workdir": workdir, "step": loaded.step, "split": "eval"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import traceback
 import os
 import types
 import typing
@@ -17,10 +18,10 @@ from typing import Any, Optional
 import ml_collections
 from ml_collections import config_dict
 
-from transformer import model_kinds
+from transformer import model_kinds, storage
 from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
 from transformer.data import pipeline, synthetic
-from transformer.errors import ConfigError, MissingFileError
+from transformer.errors import ConfigError, MissingFileError, one_line
 from transformer.models import model_for
 from transformer.token_ids import NUM_RESERVED
 from transformer.training import optimizers, sharding, steps
@@ -164,14 +165,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
       if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(f"{name}={value!r} must be an integer >= {low}"
                           f"{' (0 = off)' if low == 0 else ''}.")
-  seed = config.get("seed")
-  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-    raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**32) (the data order and "
-                      "initialisation take it as an unsigned 32-bit seed).")
-  split_seed = config.get("split_seed")
-  if split_seed is not None and (isinstance(split_seed, bool) or not 0 <= split_seed < 2**32):
-    raise ConfigError(f"split_seed={split_seed!r} must be None (the run's seed) or an integer "
-                      "in [0, 2**32).")
+  _check_seeds(config)
   vocab_size = config.model.get("vocab_size")
   if vocab_size is not None and vocab_size <= NUM_RESERVED:
     raise ConfigError(f"model.vocab_size={vocab_size} leaves no room for tokens beside the "
@@ -198,6 +192,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
                       "(1 = all-data).")
+  storage.check_all_reachable({f"--config.{k}": config.get(k)
+                               for k in ("tfds_data_dir", "data_files", "eval_files")})
   profile_window(config)
   optimizers.learning_rate_fn(config)  # the optimizer fields and the schedule
   # The model's own checks, with a stand-in vocabulary (the data's comes later).
@@ -211,12 +207,54 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       "max_len.")
 
 
+def _check_seeds(config: ml_collections.ConfigDict) -> None:
+  seed = config.get("seed")
+  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+    raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**32) (the data order and "
+                      "initialisation take it as an unsigned 32-bit seed).")
+  split_seed = config.get("split_seed")
+  if split_seed is not None and (isinstance(split_seed, bool) or not 0 <= split_seed < 2**32):
+    raise ConfigError(f"split_seed={split_seed!r} must be None (the run's seed) or an integer "
+                      "in [0, 2**32).")
+
+
 def load_module(path: str) -> types.ModuleType:
-  """The Python file `path` run as a module (configs and sweep files are code)."""
+  """The Python file `path` run as a module (configs and sweep files are code); a file that
+  does not parse or fails as it runs is one line naming the file, the line and the error."""
   spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise ConfigError(f"{path} does not parse ({e.msg} at line {e.lineno}); fix it.") from None
+  except Exception as e:  # noqa: BLE001  (the file's own code: the user's to fix)
+    raise ConfigError(f"{path} fails as it is loaded ({type(e).__name__}: {one_line(e, 200)} "
+                      f"at line {_line_in(e, path)}); fix it.") from None
   return module
+
+
+def _line_in(e: BaseException, path: str) -> Optional[int]:
+  """The line of `path` where `e` was raised, as its traceback says (None if not there)."""
+  lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__)
+           if os.path.abspath(frame.filename) == os.path.abspath(path)]
+  return lines[-1] if lines else None
+
+
+def call_get(module: types.ModuleType, name: str, path: str, want: type, *args: Any) -> Any:
+  """`module.name(*args)` of a config or sweep file, checked: it exists, it runs, and it
+  returns a `want`; otherwise one line naming the file."""
+  function = getattr(module, name, None)
+  if not callable(function):
+    raise ConfigError(f"{path} has no {name}() function.")
+  try:
+    value = function(*args)
+  except Exception as e:  # noqa: BLE001  (the file's own code)
+    raise ConfigError(f"{path}'s {name}() fails ({type(e).__name__}: {one_line(e, 200)} at "
+                      f"line {_line_in(e, path)}); fix it.") from None
+  if not isinstance(value, want):
+    raise ConfigError(f"{path}'s {name}() returned {type(value).__name__} {value!r:.60}, not a "
+                      f"{want.__name__}.")
+  return value
 
 
 def load_config(path: str) -> ml_collections.ConfigDict:
@@ -225,8 +263,8 @@ def load_config(path: str) -> ml_collections.ConfigDict:
   path, colon, arg = path.partition(":")
   if not os.path.isfile(path):
     raise MissingFileError(f"Config file {path} does not exist; pass a path like configs/default.py.")
-  module = load_module(path)
-  return module.get_config(arg) if colon else module.get_config()
+  return call_get(load_module(path), "get_config", path, ml_collections.ConfigDict,
+                  *([arg] if colon else []))
 
 
 def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig) -> Any:

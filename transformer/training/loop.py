@@ -106,6 +106,10 @@ def _check_workdir(config: ml_collections.ConfigDict, workdir: str,
   """The workdir against this run, before any data is read: its model, data stream and
   steps. True when the data stream changed and allow_data_change lets the run go on
   (workdir_checks.check_resumable)."""
+  checkpoints = storage.join(workdir, checkpoint.CHECKPOINT_DIR)
+  if storage.as_path(checkpoints).exists():  # else it is made in the workdir, checked writable
+    workdir_checks.check_writable(checkpoints, "make it writable, or pass another --workdir",
+                                  what="The checkpoint directory")
   saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
   data_changed = workdir_checks.check_resumable(
       workdir, config, model_config, bool(saved_steps),
@@ -197,8 +201,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         _log_and_save(run, step, window, bar, final)
         _evaluate(run, step, final, window)
       if step < num_steps:  # stopped by a signal: save where we are, return cleanly
-        if window:
-          window.summary(step)  # a non-finite loss in it sets the checkpoints aside instead
+        window.check(step)  # a non-finite loss in it sets the checkpoints aside instead
         run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
         logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
                         "continue.", signals.stopped_by, step, workdir)
@@ -282,13 +285,14 @@ def _log_and_save(run: _Run, step: int, window: MetricWindow, bar: tqdm,
   config, is_last = run.config, step == run.config.num_train_steps
   log = step % config.log_every_steps == 0 or is_last
   save = step % config.checkpoint_every_steps == 0 or is_last
-  if log or save:
+  if log:
     summary = window.summary(step)
-    if log:
-      run.writer.write(step, "train", summary)
-      bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
-                      tok_s=f"{summary['tokens_per_sec']:.0f}")
-      final["train"] = summary
+    run.writer.write(step, "train", summary)
+    bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
+                    tok_s=f"{summary['tokens_per_sec']:.0f}")
+    final["train"] = summary
+  elif save:
+    window.check(step)  # no checkpoint past a non-finite loss; the window goes on
   if save:
     run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
     run.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)

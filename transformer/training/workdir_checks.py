@@ -215,6 +215,12 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
         "--workdir, or pass --config.allow_model_change=True to resume it anyway.")
   if not has_checkpoints:
     return False
+  optimizer = saved_config.get("experiment", {}).get("optimizer")
+  if optimizer and optimizer != config.get("optimizer"):  # its state has another structure
+    raise TrainingError(
+        f"Workdir {workdir} was trained with optimizer={optimizer!r}, whose state its "
+        f"checkpoints hold, not {config.get('optimizer')!r}'s; resume with "
+        f"--config.optimizer={optimizer}, or use a new --workdir.")
   stream = data_stream_changes(saved_config, config, identity or {})
   if not stream:
     return False
@@ -264,11 +270,11 @@ def flat_fields(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
   return flat
 
 
-def changed_data_files(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
+def changed_data_files(recorded: dict[str, Any], config: ml_collections.ConfigDict,
                        workdir: str) -> list[str]:
-  """The data files of a recorded run that hold other text now, in words ([] if none or if the
-  run recorded none): what an evaluation of its held-out split must refuse."""
-  recorded = saved_config.get(checkpoint.IDENTITY_KEY, {})
+  """The data files of a run's recorded identity (`run_identity`) that hold other text now, in
+  words ([] if none or if the run recorded none): what a reader of its held-out split must
+  refuse."""
   if not any(field in recorded for field in _FILE_FIELDS):
     return []
   return file_changes(recorded, run_identity(config, workdir, process_count=1))

@@ -52,12 +52,20 @@ class MetricWindow:
   def __len__(self) -> int:
     return len(self._pending)
 
-  def summary(self, step: int) -> dict[str, float]:
-    """The window ending at `step`, summarized (and emptied)."""
-    fetched, self._pending = sharding.to_host(self._pending), []
-    for i, m in enumerate(fetched):
+  def check(self, step: int) -> None:
+    """Fetches the window ending at `step` to the host and checks its losses (a non-finite
+    one calls `on_nonfinite`), keeping it: a checkpoint between two log steps does not cut
+    the next record short."""
+    self._pending = sharding.to_host(self._pending)
+    for i, m in enumerate(self._pending):
       if not np.isfinite(m["loss_sum"]):
-        self._on_nonfinite(step - len(fetched) + i + 1)
+        self._on_nonfinite(step - len(self._pending) + i + 1)
+
+  def summary(self, step: int) -> dict[str, float]:
+    """The window ending at `step`, summarized (and emptied). `first_step` says which steps
+    it covers: first_step..step (a run resumed inside a window starts a shorter one)."""
+    self.check(step)
+    fetched, self._pending = self._pending, []
     elapsed = time.perf_counter() - self._timer
     total = losses.LossOutput.total(fetched, dtype=np.float64)
     out = {k: float(v) for k, v in losses.summarize(total).items() if k != "weight_sum"}
@@ -70,6 +78,7 @@ class MetricWindow:
     out["grad_norm_step_max"] = max(float(m["grad_norm"]) for m in fetched)
     out["tokens_per_sec"] = float(total.weight_sum) / max(elapsed, 1e-9)
     out["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
+    out["first_step"] = step - len(fetched) + 1
     self.restart()
     return out
 

@@ -138,10 +138,7 @@ def load_sweep(path: str) -> Sweep:
   """get_sweep() of a sweep file; one-line errors for a missing or malformed file."""
   if not os.path.isfile(path):
     raise ConfigError(f"Sweep file {path} does not exist; pass one of configs/sweeps/*.py.")
-  module = experiment.load_module(path)
-  if not hasattr(module, "get_sweep"):
-    raise ConfigError(f"{path} has no get_sweep() function.")
-  sweep = module.get_sweep()
+  sweep = experiment.call_get(experiment.load_module(path), "get_sweep", path, Sweep)
   check_sweep(sweep)
   return sweep
 
@@ -192,11 +189,21 @@ def _check_shape(sweep: Sweep) -> None:
     raise ConfigError(f"seeds={seeds} must be distinct integers >= 0 (one run each).")
   if not os.path.isfile(sweep.base):
     raise ConfigError(f"base={sweep.base!r} is not a file (run from the repository root).")
-  for axis in sweep.axes:
+  seen: dict[str, int] = {}
+  for i, axis in enumerate(sweep.axes):
     lengths = {len(v) for v in axis.values()}
     if len(lengths) != 1:
       raise ConfigError(f"The fields of one axis move together and need equally many values: "
                        f"{dict(axis)}.")
+    if lengths == {0}:
+      raise ConfigError(f"Axis {i} of the sweep has no values ({dict(axis)}): give each field "
+                        "at least one value, or drop the axis.")
+    for field in axis:
+      if field in seen or field in sweep.fixed:
+        where = f"axis {seen[field]}" if field in seen else "`fixed`"
+        raise ConfigError(f"{field!r} is on axis {i} and on {where}: a point can set it once; "
+                          "put its values on one axis.")
+      seen[field] = i
 
 
 def _check_tuning(sweep: Sweep) -> None:

@@ -30,7 +30,6 @@ import ml_collections
 from absl import logging
 
 from transformer import checkpoint, storage
-from transformer.data import pipeline
 from transformer.errors import ConfigError, NonFiniteLossError
 from transformer.inference import loading
 from transformer.research import benchmarking
@@ -40,8 +39,8 @@ from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sw
                                               check_sweep, expand, is_finished, load_sweep,
                                               point_config, point_dir)
 from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
-from transformer.training import loop, sharding, steps, workdir_checks
-from transformer.training.writers import read_metrics
+from transformer.training import evaluate, loop, sharding, steps, workdir_checks
+from transformer.training.writers import METRICS_FILE, read_metrics
 
 LOCK_FILE = "running.lock"
 # JAX's events (jax.monitoring): a program compiled (or read from the persistent cache), and
@@ -114,8 +113,11 @@ def claim(workdir: str, point: Point) -> Optional[workdir_checks.Lock]:
 
 
 def _series(workdir: str) -> dict[str, list[list[float]]]:
-  """{'{split}/{name}': [[step, value], ...]} of a run's metrics.jsonl."""
+  """{'{split}/{name}': [[step, value], ...]} of a run's metrics.jsonl ({} where it has none:
+  a point that diverged before its first record)."""
   series: dict[str, list[list[float]]] = {}
+  if not storage.as_path(storage.join(workdir, METRICS_FILE)).exists():
+    return series
   for record in read_metrics(workdir):
     split, step = record["split"], record["step"]
     for k, v in record.items():
@@ -141,7 +143,7 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
     if exp.max_len > loaded.model.config.max_len:
       raise ConfigError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
     exp.batch_size = max(mesh.devices.size, loaded.experiment.batch_size // factor)
-    datasets = pipeline.get_datasets(exp, workdir=run_dir)
+    datasets = evaluate.run_datasets(loaded, exp)
     out[f"length_{factor:g}x/loss"] = steps.evaluate(eval_step, params, datasets.eval_batches(),
                                                      mesh)["loss"]
   return out
@@ -152,7 +154,7 @@ def test_rows(run_dir: str) -> list[list[float]]:
   order (the rows topping up the last batch left out): the units a paired bootstrap over test
   documents resamples. Their sums are the run's test NLL."""
   loaded = loading.load(run_dir)
-  batches = pipeline.get_datasets(loaded.experiment, workdir=run_dir).test_batches()
+  batches = evaluate.run_datasets(loaded).test_batches()
   if batches is None:
     return []
 
@@ -410,13 +412,16 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
     done.append(point)
 
 
-def launch_lines(sweep: Sweep, config_path: str, workdir: str) -> list[str]:
-  """One command per unfinished point (for a cluster), then the aggregation command."""
-  lines = [f"python scripts/sweep.py --config={config_path} --workdir={workdir} "
-           f"--point='{p.name}'" for p in tuning.points(sweep, load_results(workdir))
+def launch_lines(sweep: Sweep, config_path: str, workdir: str,
+                 seeds: Optional[Sequence[int]] = None) -> list[str]:
+  """One command per unfinished point (for a cluster), then the aggregation command; `seeds`
+  given on the command line go into each (a point of seed 5 is not a point of the file's)."""
+  command = f"python scripts/sweep.py --config={config_path} --workdir={workdir}"
+  if seeds:
+    command += f" --seeds={','.join(str(s) for s in seeds)}"
+  lines = [f"{command} --point='{p.name}'" for p in tuning.points(sweep, load_results(workdir))
            if not is_finished(workdir, p)]
-  lines.append(f"python scripts/sweep.py --config={config_path} --workdir={workdir} "
-               "--aggregate_only")
+  lines.append(f"{command} --aggregate_only")
   return lines
 
 
@@ -475,6 +480,9 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
   compilation cache there (the one way points share their programs: each builds its own
   jitted functions)."""
   sweep = load_sweep(config_path)
+  if storage.as_path(workdir).exists() and not storage.as_path(workdir).is_dir():
+    raise ConfigError(f"--workdir={workdir} is a file, not a directory; pass a directory for "
+                      "the sweep's points and tables.")
   if seeds:
     try:
       values = tuple(int(s) for s in seeds)
@@ -486,7 +494,7 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
   if time_budget is not None and not time_budget > 0:
     raise ConfigError(f"--time_budget={time_budget} must be a number of seconds > 0.")
   if print_launch:
-    return "\n".join(launch_lines(sweep, config_path, workdir))
+    return "\n".join(launch_lines(sweep, config_path, workdir, sweep.seeds if seeds else None))
   check_unchanged(sweep, workdir, rerun_changed and not aggregate_only and not dry_run)
   if dry_run:  # measured without the cache, so that its compile time is a compilation's
     return plan(sweep, workdir, measured_step(sweep))
