@@ -60,7 +60,6 @@ def test_model_scale_fields_take_numbers():
     # One point named learning_rate=0.001,learning_rate=0.002 ran at 0.002 before.
     (dict(axes=({"learning_rate": [1e-3]}, {"learning_rate": [2e-3]})),
      r"^'learning_rate' is on axis 1 and on axis 0: a point can set it once"),
-    (dict(axes=({"batch_size": [8, 32]},)), r"^'batch_size' is on axis 0 and on `fixed`"),
     (dict(axes=({"learning_rate": []},)), r"^Axis 0 of the sweep has no values"),
 ])
 def test_malformed_sweeps_are_one_line_errors(kw, message):

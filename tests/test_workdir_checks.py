@@ -174,7 +174,10 @@ def test_the_checkpoints_config_is_the_reference_whatever_config_json_holds(tmp_
 @pytest.mark.parametrize("config_json, said", [
     ("{", "is not valid JSON"), ("[1, 2]", r"is not a config this package wrote \(it holds "
                                            r"list \[1, 2\]\)"),
-    ('{"experiment": 5}', r"is not a config this package wrote \(it holds dict")])
+    ('{"experiment": 5}', r"is not a config this package wrote \(it holds dict"),
+    # An emptied model config listed its 35 fields as "None -> ..." changes of the model.
+    ('{"experiment": {}, "model": {}}', r"is not a config this package wrote"),
+    ('{"experiment": {"model": 5}}', r"is not a config this package wrote")])
 def test_before_any_checkpoint_a_damaged_config_json_is_one_line(tmp_path, config_json, said):
   (tmp_path / checkpoint.CONFIG_FILE).write_text(config_json)
   with pytest.raises(RunError, match=said):

@@ -62,8 +62,11 @@ def read_config(workdir: str) -> dict[str, Any]:
     raise RunError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); restore it, or "
                    "delete it and rerun training, which writes it again from the newest "
                    "checkpoint's config.") from None
+  # write_config always writes a model config: one without (emptied, or another file) would
+  # compare as a model whose every field changed.
   if not (isinstance(config, dict) and all(isinstance(config.get(k, {}), dict)
-                                           for k in ("experiment", "model"))):
+                                           for k in ("experiment", "model"))
+          and config.get("model")):
     raise RunError(f"{path} is not a config this package wrote (it holds "
                    f"{type(config).__name__} {json.dumps(config)[:60]}); restore it, or delete "
                    "it and rerun training, which writes it again from the newest checkpoint's "

@@ -78,8 +78,11 @@ def _say_if_config_file_edited(workdir: str, record: dict[str, Any]) -> None:
   what is used, and the user who edited the file should know that the edit did nothing."""
   try:
     written = checkpoint.read_config(workdir).get("experiment")
-  except (MissingFileError, RunError):
-    return  # missing or damaged: the record stands alone
+  except MissingFileError:
+    return  # the record stands alone
+  except RunError as e:
+    logging.warning("%s; the checkpoint's record is used.", str(e).split(";")[0])
+    return
   if written != checkpoint.to_json(record["experiment"]):
     logging.warning("%s/config.json's experiment is not the one recorded with the checkpoint; "
                     "the checkpoint's record is used (config.json is a copy for reading, never "

@@ -198,11 +198,10 @@ def _check_shape(sweep: Sweep) -> None:
     if lengths == {0}:
       raise ConfigError(f"Axis {i} of the sweep has no values ({dict(axis)}): give each field "
                         "at least one value, or drop the axis.")
-    for field in axis:
-      if field in seen or field in sweep.fixed:
-        where = f"axis {seen[field]}" if field in seen else "`fixed`"
-        raise ConfigError(f"{field!r} is on axis {i} and on {where}: a point can set it once; "
-                          "put its values on one axis.")
+    for field in axis:  # (an axis may override a `fixed` value: the point's name shows it)
+      if field in seen:
+        raise ConfigError(f"{field!r} is on axis {i} and on axis {seen[field]}: a point can set "
+                          "it once; put its values on one axis.")
       seen[field] = i
 
 
