@@ -35,8 +35,9 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  if _OUTPUT.value:
-    lines.check_writable(_OUTPUT.value)  # before the benchmark, not after it
+  if _OUTPUT.value:  # before the benchmark, not after it
+    storage.check_reachable(_OUTPUT.value, "--output")
+    lines.check_writable(_OUTPUT.value)
   result = benchmarking.benchmark(
       cli.config_of(_CONFIG), _MODE.value, _STEPS.value, _REPEATS.value,
       diagnostics_every=_DIAGNOSTICS_EVERY.value, decode_batch=_DECODE_BATCH.value,

@@ -67,8 +67,9 @@ def main(argv):
     return table(_TABLE.value, _AGGREGATE_ONLY.value, _ONLY.value)
   if _CONFIG.value is None:
     raise app.UsageError("Pass --config=configs/X.py (or --table=DIR).")
-  if _OUTPUT.value:
-    lines.check_writable(_OUTPUT.value)  # before compiling, not after it
+  if _OUTPUT.value:  # before compiling, not after it
+    storage.check_reachable(_OUTPUT.value, "--output")
+    lines.check_writable(_OUTPUT.value)
   report = compile_report.compile_report(cli.config_of(_CONFIG), _TARGET.value)
   print(compile_report.format_report(report))
   if _OUTPUT.value:

@@ -109,6 +109,25 @@ def test_content_fingerprint_sees_a_same_length_edit_in_the_middle_of_a_large_fi
   assert corpus_files.fingerprint([path]) != key
 
 
+def test_a_record_of_the_first_and_last_mib_still_matches_its_file(tmp_path, caplog):
+  """Runs from before whole-file fingerprints recorded a hash of a large file's ends: their
+  resume, evaluation and analysis must not read the new fingerprint as other text."""
+  import hashlib
+  data = os.urandom(3 << 20)
+  path = write_file(tmp_path / "big.bin", data)
+  legacy = f"{len(data)}:{hashlib.sha1(data[:1 << 20] + data[-(1 << 20):]).hexdigest()[:16]}"
+  assert corpus_files.content_fingerprint(path) != legacy
+  with caplog.at_level("WARNING"):
+    assert corpus_files.same_content(legacy, path)
+  assert "first and last MiB only: those match" in caplog.text
+  assert corpus_files.same_content(corpus_files.content_fingerprint(path), path)
+  text = b"one\n" * 1000
+  small = write_file(tmp_path / "small.txt", text)  # up to 2 MiB: the same value as before
+  assert corpus_files.content_fingerprint(small) == f"4000:{hashlib.sha1(text).hexdigest()[:16]}"
+  write_file(tmp_path / "big.bin", data[:-1] + bytes([data[-1] ^ 1]))  # its last byte changed
+  assert not corpus_files.same_content(legacy, path)
+
+
 def test_fingerprint_changes_with_contents_and_options(tmp_path):
   path = write_file(tmp_path / "f.txt", "one\n")
   first = corpus_files.fingerprint([path], text_split="line")

@@ -255,7 +255,7 @@ def test_a_resume_with_another_optimizer_names_it(five_steps, tiny_config, tmp_p
   shutil.copytree(five_steps, workdir)
   tiny_config.update(num_train_steps=10, optimizer="sgd")
   with pytest.raises(loop.TrainingError, match=r"^Workdir .* was trained with optimizer='adam', "
-                     r"whose state its checkpoints hold, not 'sgd''s; resume with "
+                     r"whose state its checkpoints hold; this run asks for 'sgd': resume with "
                      r"--config.optimizer=adam, or use a new --workdir.$"):
     loop.train_and_evaluate(tiny_config, str(workdir))
 
@@ -282,9 +282,10 @@ def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_sto
   tiny_config.update(num_train_steps=10, log_every_steps=5, checkpoint_every_steps=2,
                      eval_every_steps=10)
   unbroken, resumed = str(tmp_path / "unbroken"), str(tmp_path / "resumed")
-  loop.train_and_evaluate(tiny_config, unbroken)
+  final = loop.train_and_evaluate(tiny_config, unbroken)
   train = {r["step"]: r for r in writers.read_metrics(unbroken, "train")}
   assert (train[5]["first_step"], train[10]["first_step"]) == (1, 6)
+  assert type(train[10]["first_step"]) is int and "first_step" not in final["train"]  # not a metric
   monkeypatch.setattr(stop_signals.StopSignals, "should_stop", lambda self, step: step == 6)
   assert loop.train_and_evaluate(tiny_config, resumed)["preempted_at"] == 6
   monkeypatch.undo()
@@ -445,6 +446,7 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   with pytest.raises(loading.InferenceError, match=rf"The data files of {workdir} hold other "
                      rf"text than it was trained on \(data_files: {book} changed\)"):
     analysis.analyze(workdir, num_batches=1)  # its statistics: of that split too
+  assert not any(os.path.exists(os.path.join(workdir, d)) for d in ("eval", "plots"))
   config.allow_data_change = True
   assert loop.train_and_evaluate(config, workdir)["step"] == 6
   identity = checkpoint.read_config(workdir)[checkpoint.IDENTITY_KEY]  # now the run's own

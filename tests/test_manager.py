@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from conftest import read_only, script_env
 from transformer import checkpoint as ckpt
-from transformer import errors as ckpt_errors
+from transformer.errors import RunError
 from transformer.config import ModelConfig
 from transformer.training.state import TrainState
 
@@ -103,7 +103,7 @@ def test_a_save_into_a_directory_made_read_only_is_one_line_at_once(tmp_path, me
     assert c.save(1, make_state(mesh), config=CONFIG)
     c.wait_until_finished()
     with read_only(c.directory):
-      with pytest.raises(ckpt_errors.RunError, match=r"^Cannot save checkpoint 2: .*checkpoints "
+      with pytest.raises(RunError, match=r"^Cannot save checkpoint 2: .*checkpoints "
                          r"is not writable \(a read-only file system or no write permission\)"):
         c.save(2, make_state(mesh, seed=2))
     assert c.all_steps() == [1]

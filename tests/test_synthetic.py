@@ -128,7 +128,8 @@ def test_builder_matches_generate_and_is_reused(data_dir, task, caplog):
 def test_a_dataset_not_prepared_in_a_read_only_tfds_dir_is_one_line(tmp_path):
   """TFDS's OSError on its downloads/ folder before: now what is missing and what to pass."""
   with read_only(tmp_path):
-    with pytest.raises(ConfigError, match=r"^The dataset reverse-\S+ is not prepared in .* and "
-                       r"that directory is not writable \((Read-only file system|Permission "
-                       r"denied)\); pass a --config.tfds_data_dir you can write to"):
+    with pytest.raises(ConfigError, match=rf"^The dataset reverse-\S+ is not prepared in its TFDS "
+                       rf"directory and {tmp_path}\S* cannot be written \((Read-only file "
+                       r"system|Permission denied)\); pass a --config.tfds_data_dir you can write "
+                       "to"):
       synthetic.build_synthetic(str(tmp_path), task="reverse", **SMALL)

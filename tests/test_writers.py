@@ -103,17 +103,16 @@ def test_a_metric_window_sums_its_steps_and_stops_at_a_non_finite_loss():
   window = writers.MetricWindow(stopped.append)
   window.add(step(4.0, 2.0, 1.0))
   window.add(step(12.0, 2.0, 3.0))
+  assert window.first_step(2) == 1  # steps 1-2
   summary = window.summary(2)
   assert summary["loss"] == 4.0 and summary["accuracy"] == 0.5  # 16 / 4 tokens, 2 / 4 right
   assert summary["loss_step_max"] == 6.0 and summary["grad_norm_step_max"] == 3.0
   assert summary["grad_norm"] == 3.0 and len(window) == 0 and not stopped  # the last step's
-  assert summary["first_step"] == 1  # steps 1-2
   window.add(step(1.0, 2.0, 1.0))
   window.check(3)  # a checkpoint at step 3, between log steps: the window is kept
   window.add(step(3.0, 2.0, 1.0))
-  assert len(window) == 2
-  summary = window.summary(4)
-  assert summary["first_step"] == 3 and summary["loss"] == 1.0  # steps 3-4: (1 + 3) / 4 tokens
+  assert len(window) == 2 and window.first_step(4) == 3
+  assert window.summary(4)["loss"] == 1.0  # steps 3-4: (1 + 3) / 4 tokens
   window.add(step(1.0, 2.0, 1.0))
   window.add(step(float("nan"), 2.0, 1.0))
   window.summary(6)

@@ -45,10 +45,13 @@ def check_reachable(path: Optional[PathLike], what: str = "") -> None:
 
 
 def check_all_reachable(fields: dict[str, Union[None, PathLike, Sequence[PathLike]]]) -> None:
-  """check_reachable of every path of {what: a path, a list of them, or None}."""
+  """check_reachable of every path of {what: a path, a comma-separated list or a list of them,
+  or None}."""
   for what, value in fields.items():
-    for path in [value] if value is None or isinstance(value, (str, os.PathLike)) else value:
-      check_reachable(path, what)
+    if isinstance(value, str):
+      value = value.split(",")
+    for path in [value] if value is None or isinstance(value, os.PathLike) else value:
+      check_reachable(path.strip() if isinstance(path, str) else path, what)
 
 
 def as_path(path: PathLike) -> epath.Path:

@@ -83,6 +83,7 @@ class Checkpointer:
     step = int(step)
     if config is not None:
       self._config = to_json(config)
+    self._check_writable(step)  # before a replaced step is deleted or moved aside
     if step in self._manager.all_steps():
       self._manager.wait_until_finished()
       if force:
@@ -94,7 +95,6 @@ class Checkpointer:
         log.warning("Checkpoint %s already exists; not saved again (force=True replaces it).",
                     self.step_path(step))
         return False
-    self._check_writable(step)
     items: dict[str, Any] = {"state": ocp.args.StandardSave(state)}
     if data_iter is not None:
       import grain  # local: only a job with an iterator needs grain's orbax handler
@@ -112,7 +112,9 @@ class Checkpointer:
     """A one-line RunError now where the checkpoint directory cannot be written (made
     read-only, its permissions taken): orbax's thread that makes the step's directory would
     fail while the others wait minutes for it."""
-    if storage.is_local(self.directory) and not os.access(self.directory, os.W_OK | os.X_OK):
+    directory = os.fspath(self.directory)
+    if storage.is_local(directory) and os.path.isdir(directory) and \
+        not os.access(directory, os.W_OK | os.X_OK):  # (a missing one: orbax's error says so)
       raise RunError(f"Cannot save checkpoint {step}: {os.fspath(self.directory)} is not "
                      "writable (a read-only file system or no write permission); make it "
                      "writable and rerun the same command to resume from the newest checkpoint.")

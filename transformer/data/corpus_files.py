@@ -13,7 +13,7 @@ import gzip
 import hashlib
 import lzma
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from absl import logging
@@ -185,9 +185,9 @@ def describe(files: Sequence[str]) -> str:
 
 
 _CHUNK_BYTES = 1 << 23  # read and hashed 8 MiB at a time
-# content_fingerprint's results in this process, keyed by what any change to a local file
-# changes (its inode's change time cannot be set back, as its mtime can): one hash per file
-# per process, however many readers ask.
+# content_fingerprint's results in this process, keyed by what any change to the file changes
+# (a local inode's change time cannot be set back, as its mtime can; an object's mtime is its
+# write): one hash per file per process, however many readers ask.
 _fingerprints: dict[tuple, str] = {}
 
 
@@ -195,25 +195,57 @@ def content_fingerprint(path: str) -> str:
   """'SIZE:HASH' of a file: its size and a hash of all of its bytes.
 
   A touch or a copy keeps it; any other text, a single byte changed anywhere (its mtime set
-  back or not), changes it. Costs one read of the file (about 1 GB/s of hashing on the 2-core
-  CPU of docs/speed.md), once per process for a local file.
+  back or not), changes it. Costs one pass over the file's bytes, once per process (per
+  object version on gs://).
   """
-  local = storage.is_local(path)
-  if local:
+  if storage.is_local(path):
     st = os.stat(path)
-    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-           st.st_ctime_ns)
-    if key in _fingerprints:
-      return _fingerprints[key]
-  size = storage.size_and_mtime(path)[0]
+    key: tuple = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                  st.st_ctime_ns)
+  else:
+    key = (path, *storage.size_and_mtime(path))
+  if key not in _fingerprints:
+    h = _sha1(path, None)
+    _fingerprints[key] = f"{storage.size_and_mtime(path)[0]}:{h.hexdigest()[:16]}"
+  return _fingerprints[key]
+
+
+def _sha1(path: str, ends: Optional[int]) -> Any:
+  """sha1 of the file's bytes: all of them, or (ends=N) its first N and last N bytes."""
   h = hashlib.sha1()
   with storage.as_path(path).open("rb") as f:
-    while chunk := f.read(_CHUNK_BYTES):
-      h.update(chunk)
-  result = f"{size}:{h.hexdigest()[:16]}"
-  if local:
-    _fingerprints[key] = result
-  return result
+    if ends is None:
+      while chunk := f.read(_CHUNK_BYTES):
+        h.update(chunk)
+      return h
+    size = storage.size_and_mtime(path)[0]
+    h.update(f.read(ends))
+    if size > ends:
+      f.seek(max(ends, size - ends))
+      h.update(f.read(ends))
+  return h
+
+
+# Runs before whole-file fingerprints recorded 'SIZE:HASH' of the first and last MiB: the same
+# value for a file of up to 2 MiB, another for a larger one.
+_LEGACY_ENDS = 1 << 20
+
+
+def same_content(recorded: str, path: str) -> bool:
+  """Whether `path` holds what a run recorded as its fingerprint: its content_fingerprint, or,
+  for a file over 2 MiB recorded by a run before whole-file fingerprints, the fingerprint of
+  its first and last MiB (what that record can tell; a warning says so)."""
+  now = content_fingerprint(path)
+  if recorded == now:
+    return True
+  size = int(now.split(":")[0])
+  legacy = f"{size}:{_sha1(path, _LEGACY_ENDS).hexdigest()[:16]}"
+  if size <= 2 * _LEGACY_ENDS or recorded != legacy:
+    return False
+  logging.warning("%s was recorded by a run from before whole-file fingerprints, which hashed "
+                  "its first and last MiB only: those match; the record is renewed at the next "
+                  "checkpoint.", path)
+  return True
 
 
 def fingerprint(files: Sequence[str], **options: Any) -> str:

@@ -33,6 +33,14 @@ from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
 Example = Mapping[str, Any]
+# The experiment fields that name files or directories the data is read from or built in.
+PATH_FIELDS = ("tfds_data_dir", "data_files", "eval_files")
+
+
+def check_paths_reachable(config: ml_collections.ConfigDict, prefix: str = "--config.") -> None:
+  """A gs:// path among the config's data paths, without gcsfs: one line naming the field
+  (`storage.check_reachable`), before any data is read."""
+  storage.check_all_reachable({f"{prefix}{k}": config.get(k) for k in PATH_FIELDS})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,8 +42,8 @@ def prepared(make: Callable[[], Builder]) -> Builder:
     if not builder.is_prepared():
       if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         raise ConfigError(
-            f"The dataset {builder.builder_config.name} is not prepared in {builder.data_dir} "
-            f"and that directory is not writable ({e.strerror}); pass a --config.tfds_data_dir "
-            "you can write to (it is prepared there once).") from None
+            f"The dataset {builder.builder_config.name} is not prepared in its TFDS directory "
+            f"and {e.filename or builder.data_dir} cannot be written ({e.strerror}); pass a "
+            "--config.tfds_data_dir you can write to (it is prepared there once).") from None
       raise
   return builder

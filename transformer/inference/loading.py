@@ -37,7 +37,8 @@ class Loaded:
   model_config: ModelConfig
   experiment: ml_collections.ConfigDict  # as recorded with the checkpoint
   tokenizer: Any  # encode(str) -> list[int] (no EOS), decode(ids) -> str, vocab_size
-  identity: dict[str, Any]  # what the run read beyond its config (workdir_checks.run_identity)
+  # What the run read beyond its config (training.workdir_checks.run_identity).
+  identity: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
   def reads_source(self) -> bool:
@@ -59,11 +60,11 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
     raise InferenceError(one_line(e, limit=1000)) from None
   (params, model_config), step, record = loaded, loaded.step, loaded.record
   if not isinstance(record.get("experiment"), dict) or not record["experiment"]:
-    raise InferenceError(f"Checkpoint {step} of {workdir} records no experiment (nor does its "
-                         "config.json), so it was not written by scripts/train.py; pass the "
-                         "workdir of a training run.")
+    raise InferenceError(f"Checkpoint {step} of {workdir} has no experiment config in its "
+                         "record, so it was not written by scripts/train.py; pass the workdir "
+                         "of a training run.")
   experiment = ml_collections.ConfigDict(record["experiment"])
-  _say_if_config_file_edited(workdir, record)
+  _say_if_config_file_differs(workdir, step, record)
   tok = _tokenizer(workdir, experiment, tokenizer)
   if tokenizer is None:
     _check_own_tokenizer(workdir, record)
@@ -73,20 +74,24 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
                 dict(record.get(checkpoint.IDENTITY_KEY) or {}))
 
 
-def _say_if_config_file_edited(workdir: str, record: dict[str, Any]) -> None:
-  """A warning where config.json's experiment is not the checkpoint's record: the record is
-  what is used, and the user who edited the file should know that the edit did nothing."""
+def _say_if_config_file_differs(workdir: str, step: int, record: dict[str, Any]) -> None:
+  """A warning naming the fields where config.json's experiment is not the loaded
+  checkpoint's record: the record is what is used (a user who edited the file learns that the
+  edit did nothing; a run resumed with more steps since shows num_train_steps)."""
   try:
-    written = checkpoint.read_config(workdir).get("experiment")
+    written = checkpoint.read_config(workdir).get("experiment") or {}
   except MissingFileError:
     return  # the record stands alone
   except RunError as e:
-    logging.warning("%s; the checkpoint's record is used.", str(e).split(";")[0])
+    logging.warning("%s; the record of checkpoint %d is used.", str(e).split(";")[0], step)
     return
-  if written != checkpoint.to_json(record["experiment"]):
-    logging.warning("%s/config.json's experiment is not the one recorded with the checkpoint; "
-                    "the checkpoint's record is used (config.json is a copy for reading, never "
-                    "an input).", workdir)
+  recorded = checkpoint.to_json(record["experiment"])
+  fields = sorted(k for k in set(written) | set(recorded) if written.get(k) != recorded.get(k))
+  if fields:
+    more = f" and {len(fields) - 3} more" if len(fields) > 3 else ""
+    logging.warning("%s/config.json differs from the record of checkpoint %d in %s%s; the record "
+                    "is used (config.json is a copy for reading, never an input).", workdir,
+                    step, ", ".join(fields[:3]), more)
 
 
 def _tokenizer(workdir: str, experiment: ml_collections.ConfigDict, path: Optional[str]):

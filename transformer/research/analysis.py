@@ -312,6 +312,7 @@ def analyze(workdir: str, step: Optional[int] = None,
   if num_batches < 1:
     raise ConfigError(f"num_batches={num_batches} must be >= 1.")
   loaded = loading.load(workdir, step)  # the run's own record and tokenizer, checked
+  evaluate.check_run_data(loaded)  # before the plots directory is made
   plots_dir = storage.join(workdir, "plots")
   _check_writable(plots_dir)  # before the work, not after it
   params, model_config, step = loaded.params, loaded.model_config, loaded.step

@@ -34,22 +34,19 @@ EVAL_SPLITS = ("eval", "test", "decode")
 def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Module,
                     params: Any, eval_step: Any, datasets: pipeline.Datasets,
                     mesh: jax.sharding.Mesh, writer: writers.MetricWriter,
-                    final: dict[str, Any]) -> bool:
+                    final: dict[str, Any]) -> None:
   """Training's evaluations due at `step`: the eval split every eval_every_steps, the test
   split once at the end, BLEU every bleu_every_steps (and the test split's at the end); each
-  written and put in `final`. True if any ran."""
+  written and put in `final`."""
   is_last = step == config.num_train_steps
-  ran = False
   if step % config.eval_every_steps == 0 or is_last:
     final["eval"] = steps.evaluate(eval_step, params, datasets.eval_batches(), mesh)
     writer.write(step, "eval", final["eval"])
     logging.info("step %d eval %s", step, final["eval"])
-    ran = True
   if is_last and datasets.test_batches() is not None:  # scored once, at the end
     final["test"] = steps.evaluate(eval_step, params, datasets.test_batches(), mesh)
     writer.write(step, "test", final["test"])
     logging.info("step %d test %s", step, final["test"])
-    ran = True
   if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
     decoded = decode_eval_split(model, params, datasets, mesh)
     final["decode"] = decoded.metrics()
@@ -64,8 +61,6 @@ def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Modu
       writer.write(step, "test", decoded.metrics())
       logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
                    final["bleu_signature"])
-    ran = True
-  return ran
 
 
 def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,
@@ -84,12 +79,12 @@ def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets
       fetch=lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)))
 
 
-def run_datasets(loaded: loading.Loaded,
-                 experiment: Optional[ml_collections.ConfigDict] = None) -> pipeline.Datasets:
-  """The datasets of a loaded run (`experiment`: its recorded one, or a copy with eval-time
-  changes such as the batch size), refused in one line where its data files hold other text
-  than it was trained on: its held-out split would then be other text. Every reader of a
-  run's data (evaluate, analyze, the sweep runner) takes them here."""
+def check_run_data(loaded: loading.Loaded,
+                   experiment: Optional[ml_collections.ConfigDict] = None) -> None:
+  """One line where a loaded run's data cannot be its own: its data files hold other text
+  than it was trained on (its held-out split would be other text), or a data path is on
+  gs:// without gcsfs. Before any work or any file is written."""
+  pipeline.check_paths_reachable(experiment or loaded.experiment, prefix="the run's ")
   changed = workdir_checks.changed_data_files(loaded.identity, loaded.experiment,
                                               loaded.workdir)
   if changed:
@@ -97,6 +92,14 @@ def run_datasets(loaded: loading.Loaded,
         f"The data files of {loaded.workdir} hold other text than it was trained on "
         f"({', '.join(changed)}), so its held-out split would be other text; restore those "
         "files to read it.")
+
+
+def run_datasets(loaded: loading.Loaded,
+                 experiment: Optional[ml_collections.ConfigDict] = None) -> pipeline.Datasets:
+  """The datasets of a loaded run (`experiment`: its recorded one, or a copy with eval-time
+  changes such as the batch size), after `check_run_data`. Every reader of a run's data
+  (evaluate, analyze, the sweep runner) takes them here."""
+  check_run_data(loaded, experiment)
   try:
     return pipeline.get_datasets(experiment or loaded.experiment, workdir=loaded.workdir)
   except UserError as e:
@@ -114,6 +117,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   (decode=False, or an LM), the BLEU an earlier call wrote for this step is kept."""
   storage.check_reachable(tfds_data_dir, "--tfds_data_dir")
   loaded = loading.load(workdir, step)
+  check_run_data(loaded)  # before the results directory is made
   out_dir = storage.join(workdir, EVAL_DIR, str(loaded.step))
   # Before the evaluation, not after it: a read-only workdir is said at once.
   workdir_checks.check_writable(out_dir, "evaluation writes its results there: make the workdir "

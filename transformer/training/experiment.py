@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import traceback
 import os
+import traceback
 import types
 import typing
 from typing import Any, Optional
@@ -18,10 +18,10 @@ from typing import Any, Optional
 import ml_collections
 from ml_collections import config_dict
 
-from transformer import model_kinds, storage
+from transformer import model_kinds
 from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
 from transformer.data import pipeline, synthetic
-from transformer.errors import ConfigError, MissingFileError, one_line
+from transformer.errors import ConfigError, MissingFileError, UserError, one_line
 from transformer.models import model_for
 from transformer.token_ids import NUM_RESERVED
 from transformer.training import optimizers, sharding, steps
@@ -192,8 +192,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
                       "(1 = all-data).")
-  storage.check_all_reachable({f"--config.{k}": config.get(k)
-                               for k in ("tfds_data_dir", "data_files", "eval_files")})
+  pipeline.check_paths_reachable(config)
   profile_window(config)
   optimizers.learning_rate_fn(config)  # the optimizer fields and the schedule
   # The model's own checks, with a stand-in vocabulary (the data's comes later).
@@ -225,19 +224,23 @@ def load_module(path: str) -> types.ModuleType:
   module = importlib.util.module_from_spec(spec)
   try:
     spec.loader.exec_module(module)
-  except SyntaxError as e:
-    raise ConfigError(f"{path} does not parse ({e.msg} at line {e.lineno}); fix it.") from None
+  except UserError:
+    raise  # already one line, said on purpose
+  except SyntaxError as e:  # in the file, or in a file it imports: e.filename says which
+    raise ConfigError(f"{e.filename or path} does not parse ({e.msg} at line {e.lineno}); "
+                      "fix it.") from None
   except Exception as e:  # noqa: BLE001  (the file's own code: the user's to fix)
-    raise ConfigError(f"{path} fails as it is loaded ({type(e).__name__}: {one_line(e, 200)} "
-                      f"at line {_line_in(e, path)}); fix it.") from None
+    raise ConfigError(f"{path} fails as it is loaded ({type(e).__name__}: {one_line(e, 200)}"
+                      f"{_line_in(e, path)}); fix it.") from None
   return module
 
 
-def _line_in(e: BaseException, path: str) -> Optional[int]:
-  """The line of `path` where `e` was raised, as its traceback says (None if not there)."""
+def _line_in(e: BaseException, path: str) -> str:
+  """' at line N': the line of `path` where `e` was raised, as its traceback says ('' where
+  it was raised elsewhere, in a module the file imports)."""
   lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__)
            if os.path.abspath(frame.filename) == os.path.abspath(path)]
-  return lines[-1] if lines else None
+  return f" at line {lines[-1]}" if lines else ""
 
 
 def call_get(module: types.ModuleType, name: str, path: str, want: type, *args: Any) -> Any:
@@ -248,9 +251,11 @@ def call_get(module: types.ModuleType, name: str, path: str, want: type, *args: 
     raise ConfigError(f"{path} has no {name}() function.")
   try:
     value = function(*args)
+  except UserError:
+    raise  # already one line, said on purpose (configs/lm.py:NAME of an unknown recipe)
   except Exception as e:  # noqa: BLE001  (the file's own code)
-    raise ConfigError(f"{path}'s {name}() fails ({type(e).__name__}: {one_line(e, 200)} at "
-                      f"line {_line_in(e, path)}); fix it.") from None
+    raise ConfigError(f"{path}'s {name}() fails ({type(e).__name__}: {one_line(e, 200)}"
+                      f"{_line_in(e, path)}); fix it.") from None
   if not isinstance(value, want):
     raise ConfigError(f"{path}'s {name}() returned {type(value).__name__} {value!r:.60}, not a "
                       f"{want.__name__}.")

@@ -286,8 +286,9 @@ def _log_and_save(run: _Run, step: int, window: MetricWindow, bar: tqdm,
   log = step % config.log_every_steps == 0 or is_last
   save = step % config.checkpoint_every_steps == 0 or is_last
   if log:
+    first = window.first_step(step)
     summary = window.summary(step)
-    run.writer.write(step, "train", summary)
+    run.writer.write(step, "train", summary, first_step=first)
     bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                     tok_s=f"{summary['tokens_per_sec']:.0f}")
     final["train"] = summary
@@ -301,9 +302,9 @@ def _log_and_save(run: _Run, step: int, window: MetricWindow, bar: tqdm,
 def _evaluate(run: _Run, step: int, final: dict[str, Any], window: MetricWindow) -> None:
   """The evaluations due at `step`, after its checkpoint (a crash during a long decode loses
   no training: the resumed run repeats them); their time is not training throughput."""
-  if evaluate.evaluations_due(step, run.config, run.model, run.state.params, run.built.eval,
-                              run.datasets, run.mesh, run.writer, final):
-    window.restart()
+  with window.paused():
+    evaluate.evaluations_due(step, run.config, run.model, run.state.params, run.built.eval,
+                             run.datasets, run.mesh, run.writer, final)
 
 
 def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, bad: int) -> None:

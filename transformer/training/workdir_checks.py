@@ -219,7 +219,7 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
   if optimizer and optimizer != config.get("optimizer"):  # its state has another structure
     raise TrainingError(
         f"Workdir {workdir} was trained with optimizer={optimizer!r}, whose state its "
-        f"checkpoints hold, not {config.get('optimizer')!r}'s; resume with "
+        f"checkpoints hold; this run asks for {config.get('optimizer')!r}: resume with "
         f"--config.optimizer={optimizer}, or use a new --workdir.")
   stream = data_stream_changes(saved_config, config, identity or {})
   if not stream:
@@ -291,7 +291,8 @@ def file_changes(recorded: dict[str, Any], identity: dict[str, Any]) -> list[str
 
 def _file_changes(field: str, before: dict[str, str], now: dict[str, str]) -> list[str]:
   """The files of `field` that appeared, went or hold other content, at most three named."""
-  changed = [f"{f} changed" for f in sorted(set(before) & set(now)) if before[f] != now[f]]
+  changed = [f"{f} changed" for f in sorted(set(before) & set(now))
+             if before[f] != now[f] and not corpus_files.same_content(before[f], f)]
   changed += [f"{f} removed" for f in sorted(set(before) - set(now))]
   changed += [f"{f} added" for f in sorted(set(now) - set(before))]
   if not changed:

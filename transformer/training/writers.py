@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -40,11 +40,25 @@ class MetricWindow:
   def __init__(self, on_nonfinite: Callable[[int], None]):
     self._pending: list[Any] = []
     self._on_nonfinite = on_nonfinite
-    self.restart()
+    self._restart()
 
-  def restart(self) -> None:
-    """Throughput counts from now (evaluations are not training time)."""
-    self._timer = time.perf_counter()
+  def _restart(self) -> None:
+    self._timer, self._paused = time.perf_counter(), 0.0
+
+  @contextlib.contextmanager
+  def paused(self) -> Iterator[None]:
+    """The block's time is not training time (an evaluation): throughput leaves it out, and
+    the steps already in the window keep theirs."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self._paused += time.perf_counter() - start
+
+  def first_step(self, step: int) -> int:
+    """The first step of the window ending at `step`: the record of `summary(step)` covers
+    first_step..step (shorter than log_every_steps after a resume inside a window)."""
+    return step - len(self._pending) + 1
 
   def add(self, metrics: Mapping[str, Any]) -> None:
     self._pending.append(metrics)
@@ -62,11 +76,10 @@ class MetricWindow:
         self._on_nonfinite(step - len(self._pending) + i + 1)
 
   def summary(self, step: int) -> dict[str, float]:
-    """The window ending at `step`, summarized (and emptied). `first_step` says which steps
-    it covers: first_step..step (a run resumed inside a window starts a shorter one)."""
+    """The window ending at `step`, summarized (and emptied)."""
     self.check(step)
     fetched, self._pending = self._pending, []
-    elapsed = time.perf_counter() - self._timer
+    elapsed = time.perf_counter() - self._timer - self._paused
     total = losses.LossOutput.total(fetched, dtype=np.float64)
     out = {k: float(v) for k, v in losses.summarize(total).items() if k != "weight_sum"}
     for k in ("learning_rate", "grad_norm", "param_norm"):
@@ -78,8 +91,7 @@ class MetricWindow:
     out["grad_norm_step_max"] = max(float(m["grad_norm"]) for m in fetched)
     out["tokens_per_sec"] = float(total.weight_sum) / max(elapsed, 1e-9)
     out["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
-    out["first_step"] = step - len(fetched) + 1
-    self.restart()
+    self._restart()
     return out
 
 
@@ -107,10 +119,12 @@ class MetricWriter:
       events_dir = self._staging
     self._tb = SummaryWriter(events_dir, purge_step=resume_step + 1)
 
-  def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
+  def write(self, step: int, split: str, metrics: Mapping[str, Any], **steps: int) -> None:
+    """One record of `metrics` at `step`; `steps` ({'first_step': N}) are written with it as
+    integers, beside 'step', and are not metrics (no TensorBoard scalar)."""
     if not self.enabled:
       return
-    record = {"step": int(step), "split": split}
+    record = {"step": int(step), "split": split, **{k: int(v) for k, v in steps.items()}}
     record.update({k: _number(v) for k, v in metrics.items()})
     storage.append_line(self.path, json.dumps(record) + "\n")
     for k, v in metrics.items():

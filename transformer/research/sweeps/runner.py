@@ -121,7 +121,7 @@ def _series(workdir: str) -> dict[str, list[list[float]]]:
   for record in read_metrics(workdir):
     split, step = record["split"], record["step"]
     for k, v in record.items():
-      if k not in ("split", "step") and isinstance(v, (int, float)):
+      if k not in ("split", "step", "first_step") and isinstance(v, (int, float)):
         series.setdefault(f"{split}/{k}", []).append([step, float(v)])
   return series
 
@@ -506,6 +506,8 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
       return (f"No point of sweep {sweep.name} has finished yet; rerun the same command to "
               "continue it (a stopped point resumes from its checkpoint).")
   command = f"python scripts/sweep.py --config={config_path} --workdir=WORKDIR"
+  if seeds:
+    command += f" --seeds={','.join(str(s) for s in sweep.seeds)}"
   summary = aggregate(sweep, workdir, command=command)
   logging.info("%d of %d points finished; tables in %s/results.md", summary["points"],
                summary["expected"], workdir)
