@@ -336,7 +336,13 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
 @pytest.mark.parametrize("fields, message", [
     ({"batch_size": 12}, "batch_size=12 is not divisible by the 8 devices"),
     ({"grad_accum_steps": 3}, "must split into grad_accum_steps=3 micro-batches"),
-    ({"bleu_every_steps": 10}, "bleu_every_steps=10 needs model_type='seq2seq'")])
+    ({"bleu_every_steps": 10}, "bleu_every_steps=10 needs model_type='seq2seq'"),
+    # Refused after the TFDS dataset was built (and, for seq2seq, the tokenizer trained and
+    # left in the workdir) before.
+    ({"tokenizer.vocab_size": 60}, r"tokenizer.vocab_size=60 is too small for SentencePiece"),
+    ({"model_type": "seq2seq", "model.num_encoder_layers": 1},
+     r"Dataset 'text_files' is a language-modelling corpus \(no inputs\), but "
+     r"model_type='seq2seq' reads a source")])
 def test_batch_and_metric_mistakes_end_before_any_data_and_leave_the_workdir_as_it_was(
     tiny_config, corpus, tmp_path, fields, message):
   """No tokenizer trained, no dataset prepared, nothing written, no lock left: the refusal
@@ -344,8 +350,9 @@ def test_batch_and_metric_mistakes_end_before_any_data_and_leave_the_workdir_as_
   workdir = tmp_path / "w"
   workdir.mkdir()
   (workdir / "notes.txt").write_text("the user's own")
-  config = _lm_on(corpus, tiny_config, tfds_data_dir=str(tmp_path / "tfds"), **fields)
+  config = _lm_on(corpus, tiny_config, tfds_data_dir=str(tmp_path / "tfds"))
   config.tokenizer.update(kind="sentencepiece", vocab_size=300)
+  config.update_from_flattened_dict(fields)
   with pytest.raises(UserError, match=message):
     loop.train_and_evaluate(config, str(workdir))
   assert [p.name for p in workdir.iterdir()] == ["notes.txt"]

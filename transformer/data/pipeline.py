@@ -27,8 +27,8 @@ from transformer import model_kinds, storage
 from transformer.data import packing, synthetic, text
 from transformer.data.packing import PadBatch, read_examples
 from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
-                                        SyntheticTokenizer, Tokenizer, get_tokenizer,
-                                        save_to_workdir)
+                                        SyntheticTokenizer, Tokenizer, check_sentencepiece_size,
+                                        get_tokenizer, save_to_workdir)
 from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
@@ -51,6 +51,29 @@ class Sources:
   tokenizer: Tokenizer
   keys: tuple[str, ...] = ("inputs", "targets")
   test: Optional[Sequence[Example]] = None  # held out for reporting (config.test_fraction)
+
+
+def check_data_config(config: ml_collections.ConfigDict) -> None:
+  """What the data settings alone can refuse, before anything is prepared or trained: a
+  model kind that needs a source on a corpus without one, and a SentencePiece vocabulary
+  below its floor (where one would be trained)."""
+  pairs = True if config.dataset == "synthetic" else text.holds_pairs(config.dataset)
+  if pairs is not None and config.get("model_type"):
+    check_kind_reads(config, ("inputs", "targets") if pairs else ("targets",))
+  tok = config.get("tokenizer") or {}
+  if config.dataset != "synthetic" and tok.get("kind") == "sentencepiece" and \
+      tok.get("vocab_size") is not None and not (
+          tok.get("path") and storage.as_path(tok.path).exists()):
+    check_sentencepiece_size(int(tok.vocab_size))
+
+
+def check_kind_reads(config: ml_collections.ConfigDict, keys: Sequence[str]) -> None:
+  """One line where config.model_type needs a source that the data's rows (`keys`) lack."""
+  kind = model_kinds.get(config.model_type)
+  if kind.reads_inputs and "inputs" not in keys:
+    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs), "
+                      f"but model_type={kind.name!r} reads a source; set model_type='lm' "
+                      "(configs/lm.py) or use a translation dataset.")
 
 
 def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
@@ -247,10 +270,8 @@ def _as_the_kind_reads(config: ml_collections.ConfigDict, sources: Sources) -> S
     return dataclasses.replace(
         sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
         test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys)
-  if kind and kind.reads_inputs and "inputs" not in sources.keys:
-    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs), "
-                      f"but model_type={kind.name!r} reads a source; set model_type='lm' "
-                      "(configs/lm.py) or use a translation dataset.")
+  if kind:
+    check_kind_reads(config, sources.keys)
   return sources
 
 

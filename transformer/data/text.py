@@ -32,6 +32,17 @@ _LM_MODULES = {"lm1b": ("tensorflow_datasets.text.lm1b", "test"),
                "tiny_shakespeare": ("tensorflow_datasets.text.tiny_shakespeare", "validation")}
 
 
+def holds_pairs(name: str) -> Optional[bool]:
+  """Whether dataset `name`'s examples are (source, target) pairs (parallel_text, wmt) rather
+  than one text stream (text_files, lm1b, tiny_shakespeare); None for a name this module does
+  not read. Read off the name alone, before any data is prepared."""
+  if name in local_corpora.LOCAL:
+    return name == "parallel_text"
+  if _WMT.match(name):
+    return True
+  return False if name in _LM_MODULES else None
+
+
 def is_standard(name: str) -> bool:
   """Whether name is a standard TFDS dataset this module reads (wmtNN_translate/xx-yy, lm1b, ...)."""
   return name in _LM_MODULES or bool(_WMT.match(name))
@@ -101,8 +112,8 @@ def open_splits(config: Any) -> TextSplits:
         raise
       raise MissingFileError(f"{missing} The config's own data_files: {config.data_help}."
                              ) from None
-    fields = {"targets": "text"} if name == "text_files" else {"inputs": "source",
-                                                                "targets": "target"}
+    fields = {"inputs": "source", "targets": "target"} if holds_pairs(name) else \
+        {"targets": "text"}
     test = builder.as_data_source("test") if "test" in builder.info.splits else None
     return TextSplits(builder.as_data_source("train"), builder.as_data_source("validation"),
                       fields, f"{name} ({config.data_files})", test)

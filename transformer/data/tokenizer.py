@@ -165,6 +165,14 @@ class SentencePieceTokenizer(Tokenizer):
     return self._proto
 
 
+def check_sentencepiece_size(vocab_size: int) -> None:
+  """The smallest SentencePiece vocabulary with byte fallback, checked (one line)."""
+  if vocab_size < 3 + 256 + 1:
+    raise ConfigError(f"tokenizer.vocab_size={vocab_size} is too small for SentencePiece with byte "
+                     "fallback (3 reserved ids + 256 bytes + pieces); use at least 300, or "
+                     "tokenizer.kind='bytes'.")
+
+
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, *, model_type: str = "unigram",
                         character_coverage: float = 0.9995,
                         corpus_name: str = "the training split") -> SentencePieceTokenizer:
@@ -173,10 +181,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, *, model_type: st
   Raises ConfigError naming `corpus_name` when vocab_size does not fit the corpus.
   """
   import sentencepiece as spm
-  if vocab_size < 3 + 256 + 1:
-    raise ConfigError(f"tokenizer.vocab_size={vocab_size} is too small for SentencePiece with byte "
-                     "fallback (3 reserved ids + 256 bytes + pieces); use at least 300, or "
-                     "tokenizer.kind='bytes'.")
+  check_sentencepiece_size(vocab_size)
   writer = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(

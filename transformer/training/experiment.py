@@ -193,6 +193,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
                       "(1 = all-data).")
   pipeline.check_paths_reachable(config)
+  pipeline.check_data_config(config)  # before any data is prepared or tokenizer trained
   profile_window(config)
   optimizers.learning_rate_fn(config)  # the optimizer fields and the schedule
   # The model's own checks, with a stand-in vocabulary (the data's comes later).
