@@ -32,6 +32,7 @@ import re
 from absl import app, flags
 
 from transformer import cli, errors, storage
+from transformer.inference import lines
 from transformer.data import message_catalogs, package_texts
 
 _CORPUS = flags.DEFINE_enum("corpus", "catalogs", ["catalogs", "debian_docs"], "Which corpus.")
@@ -58,20 +59,19 @@ def main(argv):
 
 
 def check_out(out: str) -> None:
-  """--out names a file whose folder can be written, said before any corpus is read."""
+  """--out names a file that can be written (`lines.check_writable`, as decode's --output),
+  its local folder made if needed; said before any corpus is read."""
   if not out.strip():
     raise errors.ConfigError("--out is empty; pass the file to write, e.g. "
                              "--out=data/corpus.tsv.")
-  if os.path.isdir(out):
-    raise errors.ConfigError(f"--out={out} is a directory; pass a file path inside it.")
-  folder = os.path.dirname(os.path.abspath(out))
-  try:
-    os.makedirs(folder, exist_ok=True)
-  except OSError as e:
-    raise errors.ConfigError(f"Cannot make the folder of --out={out} ({e.strerror}); pass "
-                             "another path.") from None
-  if not os.access(folder, os.W_OK | os.X_OK):
-    raise errors.ConfigError(f"Cannot write in {folder} (--out={out}); pass another path.")
+  storage.check_reachable(out, "--out")
+  if storage.is_local(out) and not os.path.isdir(out):
+    try:
+      os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    except OSError as e:
+      raise errors.ConfigError(f"Cannot make the folder of --out={out} ({e.strerror}); pass "
+                               "another path.") from None
+  lines.check_writable(out, out_flag="--out")
 
 
 def debian_docs(out: str, debs: str) -> str:

@@ -112,7 +112,7 @@ def test_make_corpus_writes_the_tsv_and_its_manifest(tmp_path):
   # left (one stayed in the working directory, 3.5 MB, before).
   before = sorted(p.name for p in tmp_path.iterdir())
   for out, said in (("", "error: --out is empty; pass the file to write"),
-                    (str(tmp_path), f"error: --out={tmp_path} is a directory; pass a file path")):
+                    (str(tmp_path), f"error: Cannot write --out={tmp_path} (a directory")):
     proc = subprocess.run(script[:-1] + [f"--out={out}", "--min_pairs=3"], capture_output=True,
                           text=True, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(said)

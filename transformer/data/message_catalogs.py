@@ -129,6 +129,6 @@ def sentence_pairs(paths: Iterable[str], max_words: int = 30) -> list[Pair]:
 
 def write_tsv(pairs: Sequence[Pair], path: str) -> None:
   """source<TAB>target, one pair a line (what parallel_text reads)."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  storage.as_path(path).parent.mkdir(parents=True, exist_ok=True)
   storage.write_atomically(path, "".join(f"{p.source}\t{p.target}\n" for p in pairs)
                            .encode("utf-8"))

@@ -141,23 +141,24 @@ def _same_file(a: str, b: str) -> bool:
   return a == b
 
 
-def check_writable(path: str, inputs: Optional[Mapping[str, str]] = None) -> None:
-  """Raises an InferenceError now, before any decoding, if `path` ('-' = stdout) cannot be
-  written, or is one of `inputs` ({flag: path} of the files read): outputs never overwrite
-  inputs."""
+def check_writable(path: str, inputs: Optional[Mapping[str, str]] = None,
+                   out_flag: str = "--output") -> None:
+  """Raises an InferenceError now, before any work, if `path` ('-' = stdout; given as
+  `out_flag`) cannot be written, or is one of `inputs` ({flag: path} of the files read):
+  outputs never overwrite inputs."""
   for flag, source in (inputs or {}).items():
     if _same_file(path, source):
-      raise loading.InferenceError(f"--output={path} is also {flag}, which writing it would "
-                                   "overwrite; pass another --output.")
+      raise loading.InferenceError(f"{out_flag}={path} is also {flag}, which writing it would "
+                                   f"overwrite; pass another {out_flag}.")
   if path == "-" or not storage.is_local(path):  # an object store: its write says if not
     return
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
-    raise loading.InferenceError(f"Cannot write --output={path}: the directory {folder} does not "
-                                 "exist; create it or pass another path.")
+    raise loading.InferenceError(f"Cannot write {out_flag}={path}: the directory {folder} does "
+                                 "not exist; create it or pass another path.")
   if os.path.isdir(path) or not os.access(folder, os.W_OK) or (
       os.path.exists(path) and not os.access(path, os.W_OK)):
-    raise loading.InferenceError(f"Cannot write --output={path} (a directory, or no write "
+    raise loading.InferenceError(f"Cannot write {out_flag}={path} (a directory, or no write "
                                  "permission); pass another path.")
 
 

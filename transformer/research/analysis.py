@@ -28,7 +28,7 @@ from transformer.errors import ConfigError, RunError
 from transformer.inference import loading
 from transformer.token_ids import EOS_ID, PAD_ID
 from transformer.training import evaluate
-from transformer.training.writers import METRICS_FILE, read_metrics
+from transformer.training.writers import read_metrics
 
 NUM_BATCHES = 4  # held-out batches averaged over
 FREQUENCY_BATCHES = 8  # train batches whose token counts define the frequency buckets
@@ -341,7 +341,7 @@ def analyze(workdir: str, step: Optional[int] = None,
   data = {"train_tokens": train_tokens, "tokens_seen": seen,
           "epochs": None if seen is None else seen / train_tokens}
 
-  records = read_metrics(workdir) if storage.as_path(storage.join(workdir, METRICS_FILE)).exists() else []
+  records = read_metrics(workdir)
   result = {
       "workdir": os.path.abspath(workdir) if storage.is_local(workdir) else workdir, "step": step, "num_batches": len(results),
       "devices": jax.device_count(), "data": data,

@@ -176,8 +176,11 @@ def _read_records(path: str) -> tuple[list[tuple[str, dict[str, Any]]], Optional
   """([(line, record)], torn): the records of metrics.jsonl with their lines, and its last
   line when a crash or a full disk cut it off mid-write (it is then left out).
 
-  Any other line that is not a record is an error naming the file and the line.
+  Any other line that is not a record is an error naming the file and the line. No file (a
+  run that has written no record yet) is no records.
   """
+  if not storage.as_path(path).exists():
+    return [], None
   raw = storage.as_path(path).read_bytes().decode("utf-8", errors="replace")
   lines = raw.split("\n")
   out, torn = [], None
@@ -208,7 +211,7 @@ def _drop_after(path: str, step: int, rerun_splits: Sequence[str] = ()) -> None:
   """Keeps the records of steps <= `step`, less those of `rerun_splits` at `step` (a resumed
   run rewrites them), and drops a cut-off last line; the file is replaced atomically."""
   if not storage.as_path(path).exists():
-    return
+    return  # nothing to keep, and no empty file to make
   records, _ = _read_records(path)
   storage.write_atomically(path, "".join(
       line + "\n" for line, r in records
@@ -217,14 +220,12 @@ def _drop_after(path: str, step: int, rerun_splits: Sequence[str] = ()) -> None:
 
 def last_step(workdir: str) -> int:
   """The largest step in WORKDIR/metrics.jsonl; 0 when there is none."""
-  path = storage.join(workdir, METRICS_FILE)
-  if not storage.as_path(path).exists():
-    return 0
-  return max((r["step"] for _, r in _read_records(path)[0]), default=0)
+  records, _ = _read_records(storage.join(workdir, METRICS_FILE))
+  return max((r["step"] for _, r in records), default=0)
 
 
 def read_metrics(workdir: str, split: Optional[str] = None) -> list[dict[str, Any]]:
   """The records of metrics.jsonl, optionally of one split ('train' or 'eval'); a last line
-  cut off mid-write is left out with a warning."""
+  cut off mid-write is left out with a warning; [] where the run has written none."""
   records, _ = _read_records(storage.join(workdir, METRICS_FILE))
   return [r for _, r in records if split is None or r["split"] == split]

@@ -40,7 +40,7 @@ from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sw
                                               point_config, point_dir)
 from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
 from transformer.training import evaluate, loop, sharding, steps, workdir_checks
-from transformer.training.writers import METRICS_FILE, read_metrics
+from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
 # JAX's events (jax.monitoring): a program compiled (or read from the persistent cache), and
@@ -116,8 +116,6 @@ def _series(workdir: str) -> dict[str, list[list[float]]]:
   """{'{split}/{name}': [[step, value], ...]} of a run's metrics.jsonl ({} where it has none:
   a point that diverged before its first record)."""
   series: dict[str, list[list[float]]] = {}
-  if not storage.as_path(storage.join(workdir, METRICS_FILE)).exists():
-    return series
   for record in read_metrics(workdir):
     split, step = record["split"], record["step"]
     for k, v in record.items():
