@@ -348,6 +348,16 @@ def _claim_or_note(sweep: Sweep, workdir: str, point: Point, busy: set[str],
   return lock
 
 
+def _named_points(sweep: Sweep, workdir: str, only: Optional[Iterable[str]]) -> set[str]:
+  """The names in `only`, each checked to be a point of the sweep (one line if not)."""
+  wanted = set(only or ())
+  unknown = wanted - {p.name for p in tuning.points(sweep, load_results(workdir))} \
+      if wanted else set()
+  if unknown:
+    raise ConfigError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
+  return wanted
+
+
 def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
               time_budget: Optional[float] = None) -> list[Point]:
   """Runs every unfinished point (or those named in `only`) in order, the points of the
@@ -362,17 +372,13 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
   Points named in `only` that another process holds are skipped (nothing they open is named).
   """
   check_sweep(sweep)
-  wanted = set(only or ())
-  if wanted:
-    unknown = wanted - {p.name for p in tuning.points(sweep, load_results(workdir))}
-    if unknown:
-      raise ConfigError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
+  wanted = _named_points(sweep, workdir, only)
   done, budget, first = [], _Budget(time_budget), True
   busy: set[str] = set()  # points another process was running when we looked
   told: set[str] = set()  # the busy points already logged
   while True:
-    points = tuning.points(sweep, load_results(workdir))
-    points = [p for p in points if not wanted or p.name in wanted]
+    results = load_results(workdir)
+    points = [p for p in tuning.points(sweep, results) if not wanted or p.name in wanted]
     todo = run_order(sweep, [p for p in points
                              if not is_finished(workdir, p) and p.name not in busy])
     if todo and done and budget.would_overrun(sweep.name, len(done), len(todo)):
@@ -382,6 +388,8 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
       logging.info("Sweep %s: %d points, %d finished, %d to run.", sweep.name, len(points),
                    len(points) - len(todo), len(todo))
     if not todo and (not busy or wanted):  # named points held elsewhere are theirs to run
+      if len(load_results(workdir)) != len(results):  # one written since opens more points
+        continue
       return done
     if not todo:  # all held elsewhere: look again once they may have finished
       if budget.would_overrun(sweep.name, len(done), len(busy)):
