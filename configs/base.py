@@ -7,7 +7,7 @@ d_model 512, 6+6 layers, 8 heads, d_ff 2048, dropout 0.1, label smoothing 0.1, s
 """
 
 from transformer.training.experiment import base_config, model_fields
-from transformer.training.schedules import paper_peak_learning_rate
+from transformer.training.optimizer_settings import paper_peak_learning_rate
 
 
 def get_config():

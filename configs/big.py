@@ -9,7 +9,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 import base  # noqa: E402  (configs/base.py)
 
-from transformer.training.schedules import paper_peak_learning_rate  # noqa: E402
+from transformer.training.optimizer_settings import paper_peak_learning_rate  # noqa: E402
 
 
 def get_config():

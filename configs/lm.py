@@ -17,7 +17,7 @@ defaults extrapolate them to this size and length, they do not measure it.
 
 from transformer.errors import ConfigError
 from transformer.training.experiment import base_config, model_fields
-from transformer.training.schedules import paper_peak_learning_rate
+from transformer.training.optimizer_settings import paper_peak_learning_rate
 
 RECIPES = ("findings", "paper")
 D_MODEL = 128

@@ -7,7 +7,7 @@
 The newest readable checkpoint (or --step) and the workdir's tokenizer; beam search (beam 4,
 alpha 0.6, as the paper) unless --method=greedy or --method=sample. The output has exactly one
 line per input line, in order; an empty line gives an empty line. The work is
-`transformer.inference.lines.decode_file`.
+`transformer.training.evaluate.decode_file`.
 """
 
 import sys
@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 
 from transformer import cli
-from transformer.inference import lines
+from transformer.training import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")
@@ -38,7 +38,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   prompt_eos = None if _PROMPT_EOS.value == "auto" else _PROMPT_EOS.value == "true"
-  done = lines.decode_file(_WORKDIR.value, _INPUT.value, _OUTPUT.value, config=_DECODE_CONFIG(),
+  done = evaluate.decode_file(_WORKDIR.value, _INPUT.value, _OUTPUT.value, config=_DECODE_CONFIG(),
                            step=_STEP.value, tokenizer=_TOKENIZER.value,
                            batch_size=_BATCH_SIZE.value, max_len=_MAX_INPUT_LEN.value,
                            prompt_eos=prompt_eos, seed=_SEED.value)

@@ -9,7 +9,7 @@ text) and exact-sequence accuracy of beam search (beam 4, alpha 0.6, unless over
 hypotheses.txt / references.txt beside results.json. On a named test set: the BLEU and exact
 match of its decoded --input lines against --reference (one line each), the figure
 `sacrebleu REFERENCE -i HYPOTHESES` prints. Prints the results as JSON. The work is
-`transformer.training.evaluate.evaluate_workdir` and `transformer.inference.lines.score_file`.
+`transformer.training.evaluate.evaluate_workdir` and `transformer.training.evaluate.score_file`.
 """
 
 import json
@@ -18,7 +18,6 @@ import sys
 from absl import app, flags
 
 from transformer import cli
-from transformer.inference import lines
 from transformer.training import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
@@ -43,7 +42,7 @@ def main(argv):
     raise app.UsageError(f"{missing} is missing: --input and --reference go together (a test "
                          "set's sources and references).")
   if _INPUT.value is not None:
-    results = lines.score_file(_WORKDIR.value, _INPUT.value, _REFERENCE.value, _OUTPUT.value,
+    results = evaluate.score_file(_WORKDIR.value, _INPUT.value, _REFERENCE.value, _OUTPUT.value,
                                config=_DECODE_CONFIG(), step=_STEP.value,
                                batch_size=_BATCH_SIZE.value or 64)
     wrote = results["hypotheses_file"] or "no file (pass --output to keep the hypotheses)"

@@ -29,14 +29,16 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
   config = cli.config_of(_CONFIG)
-  # Imported here so that flag and config mistakes are reported before jax starts.
+  # The config is checked before jax starts (experiment imports none), before any process
+  # starts, any data or file is written.
+  from transformer.training import experiment
+  experiment.validate(config)
   import jax
-  from transformer.training import experiment, loop, sharding
+  from transformer.training import loop, sharding
 
-  experiment.validate(config)  # before any process starts, any data or file is written
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                   _DISTRIBUTED_TIMEOUT.value)
-  final = loop.train_and_evaluate(config, _WORKDIR.value, validated=True)
+  final = loop.train_and_evaluate(config, _WORKDIR.value)
   if jax.process_index() == 0:
     print("\n".join(loop.summary_lines(final, _WORKDIR.value)))
   if final.get("stopped_by") == "SIGINT":

@@ -12,9 +12,8 @@ import pytest
 
 from conftest import REPO
 from transformer.errors import ConfigError, RunError
-from transformer.inference import loading
 from transformer.research import analysis
-from transformer.training import loop, writers
+from transformer.training import loading, loop, writers
 
 
 def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):

@@ -4,6 +4,7 @@ private names stay inside their module; no function runs past sixty lines."""
 import ast
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -96,3 +97,90 @@ def test_no_function_in_the_package_is_longer_than_sixty_lines():
           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
           and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
   assert not long, long
+
+
+# What only the Run (transformer/training/run.py) builds, and the modules that define how. A
+# checkpoint read for decoding (loading) and the decoding benchmark's bare model take theirs
+# from the Run's own builders.
+_BUILDERS = {
+    "make_mesh": "training/sharding.py", "build_steps": "training/steps.py",
+    "model_class": "model_kinds.py", "build_model": "training/loading.py",
+    "random_model": "research/benchmarking.py", "init_params": "models.py training/steps.py",
+    "init_state": "training/steps.py", "init": "models.py training/steps.py",
+    "eval_shape": "training/steps.py",
+    "restore": "checkpoint/manager.py checkpoint/params.py",
+    "Checkpointer": "checkpoint/manager.py", "TrainState": "training/steps.py",
+    "Transformer": "", "DecoderOnly": "",
+}
+_RUN = "training/run.py"
+
+
+def _calls(path: pathlib.Path):
+  """(line, name) of every call in a file: f(...) and x.f(...) both give f."""
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Call):
+      func = node.func
+      name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+      if name:
+        yield node.lineno, name
+
+
+def test_only_the_run_builds_a_model_a_mesh_steps_or_a_state():
+  outside = []
+  for path in list((REPO / "transformer").rglob("*.py")) + list((REPO / "scripts").glob("*.py")):
+    where = str(path.relative_to(REPO / "transformer")) \
+        if REPO / "transformer" in path.parents else str(path.relative_to(REPO))
+    for line, name in _calls(path):
+      if name in _BUILDERS and where != _RUN and where not in _BUILDERS[name].split():
+        outside.append(f"{where}:{line} {name}(...)")
+  assert not outside, f"built outside {_RUN}: {outside}"
+
+
+def test_no_caller_asks_which_kind_of_model_it_holds():
+  """The kind's facts live in the models (each answers `models.ModelKind`) and in the data
+  rows' definition (model_kinds.py); diagnostics name no module of the model."""
+  own = {"models.py", "model_kinds.py"}
+  asked = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in _python_files()
+           if p.name not in own
+           for n, line in enumerate(p.read_text().splitlines(), 1)
+           if any(w in line for w in ("reads_inputs", "reads_source", "\"inputs\" in",
+                                      "'inputs' in"))]
+  code_names = [f"{p.relative_to(REPO)}:{node.lineno}: {node.id}"
+                for p in _python_files() if p.name not in own
+                for node in ast.walk(ast.parse(p.read_text()))
+                if isinstance(node, ast.Name) and node.id in ("Transformer", "DecoderOnly")]
+  assert not asked and not code_names, asked + code_names
+
+
+def test_diagnostics_name_no_module_of_the_model():
+  """Every Flax module name of both models, on the paths their params and 'intermediates'
+  take, is absent from transformer/diagnostics.py's code (docstrings aside): the models hand
+  the diagnostics what their stacks recorded (`models.ModelKind.stacks`)."""
+  import jax
+  import jax.numpy as jnp
+  from transformer import models
+  from transformer.config import ModelConfig
+  names = set()
+  for cls in (models.Transformer, models.DecoderOnly):
+    for scan in (False, True):
+      model = cls(ModelConfig(vocab_size=8, d_model=8, num_heads=2, d_ff=8, max_len=4,
+                              num_encoder_layers=1, num_decoder_layers=1, scan_layers=scan,
+                              share_embeddings=False, logits_via_embedding=False))
+      rows = [jnp.ones((1, 4), jnp.int32)] * len(model.batch_keys)
+      variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), *rows)
+      _, state = jax.eval_shape(lambda v: model.apply(v, *rows, mutable=["intermediates"]),
+                                variables)
+      # Module names: a param's path less the param, a recorded value's less its name.
+      for tree, leaf_parts in ((variables["params"], 1), (state["intermediates"], 2)):
+        for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
+          names.update(str(getattr(p, "key", "")) for p in path[:-leaf_parts])
+  tree = ast.parse((REPO / "transformer" / "diagnostics.py").read_text())
+  docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                and isinstance(node.body[0], ast.Expr)
+                and isinstance(node.body[0].value, ast.Constant)}
+  strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+             and isinstance(node.value, str) and id(node) not in docstrings}
+  parts = {part for s in strings for part in re.split(r"[^\w]+", s)}
+  found = sorted(names & parts)
+  assert "self_attention" in names and not found, found

@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO, script_env
 from transformer.config import ModelConfig
 from transformer.research import benchmarking
+from transformer.training import run
 
 
 def test_matmul_peak_is_positive(devices):
@@ -109,7 +110,7 @@ def test_the_uncached_path_decodes_the_cached_paths_tokens(model_type):
   from transformer.inference import decoding
   cfg = ModelConfig(vocab_size=20, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
                     num_decoder_layers=1, max_len=16, dropout_rate=0.0)
-  model = models.model_for(model_type, cfg)
+  model = run.build_model(model_type, cfg)
   inputs = jnp.asarray(np.random.default_rng(0).integers(3, 20, (2, 4)), jnp.int32)
   params = models.init_params(model, jax.random.PRNGKey(0),
                               {"inputs": inputs, "targets": jnp.ones((2, 8), jnp.int32)})

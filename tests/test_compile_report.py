@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from transformer.errors import ConfigError
 from transformer.research import compile_report
-from transformer.training import experiment
+from transformer.training import experiment, run
 
 TARGET = "v5e:2x2"  # 4 chips
 
@@ -56,7 +56,7 @@ def test_a_tiny_config_compiled_for_a_tpu_topology_reports_hand_values(reports, 
   report = reports[fsdp]
   assert report["devices"] == 4 and report["mesh"] == {"data": 4 // fsdp, "fsdp": fsdp}
   cfg = experiment.model_config(_tiny(fsdp), 512)
-  params = jax.eval_shape(lambda: experiment.build_model(_tiny(fsdp), cfg).init(
+  params = jax.eval_shape(lambda: run.build_model(_tiny(fsdp).model_type, cfg).init(
       jax.random.PRNGKey(0), np.ones((1, 32), np.int32), np.ones((1, 32), np.int32)))["params"]
   state = _hand_state_bytes(params, 4, fsdp)
   rows = 2 * 32 // 4 * 32 * 4  # this device's inputs and targets, int32
@@ -283,7 +283,7 @@ def test_a_gpu_host_compiles_without_a_gpu_and_its_arguments_are_the_state_and_r
   # attached: compiled from a CPU host for an absent GPU, 'auto' is the einsum path.
   assert report["attention_kernel"] == "einsum"
   cfg = experiment.model_config(_tiny(4), 512)
-  params = jax.eval_shape(lambda: experiment.build_model(_tiny(4), cfg).init(
+  params = jax.eval_shape(lambda: run.build_model(_tiny(4).model_type, cfg).init(
       jax.random.PRNGKey(0), np.ones((1, 32), np.int32), np.ones((1, 32), np.int32)))["params"]
   # No tiles on a GPU: the state split 4 ways, this device's rows and the learning rate, a
   # float32 scalar (without dropout the rng is unused, and XLA drops it).

@@ -11,7 +11,7 @@ from transformer.inference import decoding
 from transformer.config import ModelConfig
 from transformer.inference.decoding import DecodeConfig
 from transformer.errors import ConfigError
-from transformer.models import DecoderOnly, Transformer, init_cache
+from transformer.models import DecoderOnly, Transformer
 from transformer.token_ids import EOS_ID
 from transformer.training import steps as train_steps
 
@@ -202,8 +202,7 @@ def test_inputs_past_the_position_table_are_refused(seq2seq, lm):
     with pytest.raises(ConfigError, match="max_len=24"):
       decoding.decode(model, params, too_long, DecodeConfig(method="greedy"))
     with pytest.raises(ConfigError, match="A cache of 25 positions exceeds the position table"):
-      init_cache(model, params, batch=1, length=25, encoded=jnp.zeros((1, 3, 32)),
-                 inputs=too_long[:, :3])
+      model.start_decoding(params, too_long[:, :3], 1, 25)
 
 
 def test_sampling(lm):

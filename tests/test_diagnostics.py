@@ -10,7 +10,7 @@ import pytest
 from transformer import diagnostics
 from transformer.attention import MultiHeadAttention
 from transformer.config import ModelConfig
-from transformer.models import DecoderOnly, Transformer, apply_model, shift_right
+from transformer.models import DecoderOnly, Transformer, shift_right
 
 VOCAB = 64
 
@@ -192,7 +192,7 @@ def test_entropy_reference_follows_the_packed_causal_mask():
   # Visible keys of each real query: its position within its document + 1.
   counts = [1, 2, 3, 1, 2, 3] + [1, 2, 1, 2, 3, 4, 5, 1]
   expected = np.mean(np.log(counts))
-  _, state = apply_model(model, params, batch, mutable=["intermediates"])
+  _, state = model.logits(params, batch, mutable=["intermediates"])
   a = state["intermediates"]["decoder"]["blocks"]["layer_0"]["self_attention"]
   logits = 0.5 * np.einsum("bqhd,bkhd->bhqk", np.asarray(a["q"][0], np.float64),
                            np.asarray(a["k"][0], np.float64))
@@ -239,7 +239,7 @@ def test_update_diagnostics_per_group():
   new = dict(params)
   new["embedding"] = jax.tree_util.tree_map(lambda w: 1.1 * w, params["embedding"])
   grads = jax.tree_util.tree_map(jnp.ones_like, params)
-  out = diagnostics.update_diagnostics(params, new, grads)
+  out = diagnostics.update_diagnostics(model, params, new, grads)
   np.testing.assert_allclose(float(out["update_ratio/embedding"]), 0.1, rtol=1e-4)
   assert float(out["update_ratio/decoder/layer_0"]) == 0.0
   n_block = sum(x.size for x in jax.tree_util.tree_leaves(params["decoder"]["blocks"]["layer_0"]))
@@ -263,7 +263,7 @@ def test_scanned_layers_give_the_same_names_and_values():
   assert sorted(a) == sorted(b) and "decoder/layer_1/self_attention/head_1/entropy" in a
   for k in a:
     np.testing.assert_allclose(float(a[k]), float(b[k]), rtol=1e-4, atol=1e-6, err_msg=k)
-  ua = diagnostics.update_diagnostics(scan_params, scan_params, scan_params)
+  ua = diagnostics.update_diagnostics(scan_model, scan_params, scan_params, scan_params)
   assert "grad_norm/decoder/layer_1" in ua
 
 

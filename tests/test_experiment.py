@@ -1,14 +1,16 @@
 """Experiment configs: every ModelConfig field overridable, recipes resolved, the configs load."""
 
 import math
+import subprocess
+import sys
 
 import jax
 import pytest
 
 from conftest import REPO
 from transformer.errors import ConfigError
-from transformer.training import experiment
-from transformer.training.schedules import paper_peak_learning_rate
+from transformer.training import experiment, run
+from transformer.training.optimizer_settings import paper_peak_learning_rate
 
 
 def test_every_model_field_has_an_override_slot():
@@ -48,10 +50,9 @@ def test_bad_values():
 def test_configs_build_their_models(name):
   config = experiment.load_config(str(REPO / "configs" / (name if ".py" in name else f"{name}.py")))
   cfg = experiment.model_config(config, vocab_size=35)
-  model = experiment.build_model(config, cfg)
+  model = run.build_model(config.model_type, cfg)
   shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
-                          *([jax.ShapeDtypeStruct((1, 8), "int32")] *
-                            (1 if config.model_type == "lm" else 2)))
+                          *([jax.ShapeDtypeStruct((1, 8), "int32")] * len(model.batch_keys)))
   assert shapes["params"]
   if name in ("base", "big"):
     d = cfg.d_model
@@ -142,3 +143,21 @@ def test_a_mistake_in_the_model_ends_the_run_before_the_workdir_is_written(tmp_p
   with pytest.raises(ConfigError, match="embed_scale='bogus'"):
     loop.train_and_evaluate(config, str(tmp_path / "run"))
   assert not (tmp_path / "run").exists()  # no tokenizer trained and saved there first
+
+
+def test_a_config_is_read_and_checked_without_jax():
+  """Loading a config file and validating it (and train.py's flags, --helpfull) import no jax,
+  flax, optax or grain: every mistake a config alone shows is said before jax starts."""
+  heavy = ("jax", "flax", "optax", "grain", "orbax")
+  check = ("import sys; from transformer.training import experiment; "
+           "experiment.validate(experiment.load_config('configs/default.py')); "
+           f"print([m for m in {heavy!r} if m in sys.modules])")
+  out = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+  assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+  helped = subprocess.run([sys.executable, "-X", "importtime", "scripts/train.py", "--helpfull"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+  imported = {line.split("|")[-1].strip().split(".")[0] for line in helped.stderr.splitlines()
+              if line.startswith("import time:")}
+  assert "--config" in helped.stdout and "absl" in imported, helped.stderr[-2000:]
+  assert not imported & set(heavy), sorted(imported & set(heavy))

@@ -14,8 +14,10 @@ import pytest
 from conftest import REPO, script_env
 from test_evaluation import sacrebleu_cli
 from transformer.config import ModelConfig
+from transformer.errors import InferenceError
 from transformer.data import tokenizer as tokenizers
-from transformer.inference import decoding, loading
+from transformer.inference import decoding
+from transformer.training import evaluate, loading
 from transformer.inference import lines as lines_io
 from transformer.inference.decoding import DecodeConfig
 from transformer.models import DecoderOnly
@@ -89,7 +91,7 @@ def test_inputs_past_the_position_table_are_refused_or_truncated_with_the_right_
   loaded = loading.load(decode_run)
   limit = lines_io.model_input_limit(loaded)
   assert limit == loaded.model_config.max_len == 9
-  with pytest.raises(loading.InferenceError, match=r"--max_input_len=40 is outside \[1, 9\]"):
+  with pytest.raises(InferenceError, match=r"--max_input_len=40 is outside \[1, 9\]"):
     lines_io.decode_lines(loaded, ["a b"], max_len=40)
   with caplog.at_level(logging.WARNING):
     lines_io.decode_lines(loaded, [" ".join("abcdefgh" * 2)], DecodeConfig(method="greedy"))
@@ -120,14 +122,14 @@ def test_an_unwritable_output_fails_before_any_work(tmp_path):
   source = tmp_path / "in.txt"
   source.write_text("a b\n")
   # The workdir does not exist either: the output is checked first, before loading anything.
-  with pytest.raises(loading.InferenceError, match="Cannot write --output=.*/nodir/out.txt: "
+  with pytest.raises(InferenceError, match="Cannot write --output=.*/nodir/out.txt: "
                      "the directory .*/nodir does not exist"):
-    lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "nodir" / "out.txt"))
-  with pytest.raises(loading.InferenceError, match="Cannot read --input="):
-    lines_io.decode_file(str(tmp_path / "no_run"), str(tmp_path / "missing.txt"))
-  with pytest.raises(loading.InferenceError, match=r"Cannot read --reference=.*missing.txt \(No "
+    evaluate.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "nodir" / "out.txt"))
+  with pytest.raises(InferenceError, match="Cannot read --input="):
+    evaluate.decode_file(str(tmp_path / "no_run"), str(tmp_path / "missing.txt"))
+  with pytest.raises(InferenceError, match=r"Cannot read --reference=.*missing.txt \(No "
                      r"such file or directory\); pass an existing text file.$"):
-    lines_io.score_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "missing.txt"))
+    evaluate.score_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "missing.txt"))
 
 
 def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
@@ -136,22 +138,22 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path):
   source, reference = tmp_path / "in.txt", tmp_path / "ref.txt"
   source.write_text("a b\n")
   reference.write_text("b a\n")
-  with pytest.raises(loading.InferenceError, match=r"^--output=.*in.txt is also --input, which "
+  with pytest.raises(InferenceError, match=r"^--output=.*in.txt is also --input, which "
                      r"writing it would overwrite; pass another --output.$"):
-    lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(source))
+    evaluate.decode_file(str(tmp_path / "no_run"), str(source), str(source))
   for output, flag in ((source, "--input"), (tmp_path / "." / "ref.txt", "--reference")):
-    with pytest.raises(loading.InferenceError, match=f"is also {flag}, "):
-      lines_io.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(output))
+    with pytest.raises(InferenceError, match=f"is also {flag}, "):
+      evaluate.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(output))
   hard = tmp_path / "refhard.txt"
   os.link(reference, hard)  # another name of the same file: compared by identity
-  with pytest.raises(loading.InferenceError, match="refhard.txt is also --reference, "):
-    lines_io.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(hard))
+  with pytest.raises(InferenceError, match="refhard.txt is also --reference, "):
+    evaluate.score_file(str(tmp_path / "no_run"), str(source), str(reference), str(hard))
   os.link(source, tmp_path / "inhard.txt")
-  with pytest.raises(loading.InferenceError, match="inhard.txt is also --input, "):
-    lines_io.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "inhard.txt"))
+  with pytest.raises(InferenceError, match="inhard.txt is also --input, "):
+    evaluate.decode_file(str(tmp_path / "no_run"), str(source), str(tmp_path / "inhard.txt"))
   assert source.read_text() == "a b\n" and reference.read_text() == "b a\n"
   # gs:// paths are compared as written (no local realpath), before anything is read.
-  with pytest.raises(loading.InferenceError, match="is also --input, "):
+  with pytest.raises(InferenceError, match="is also --input, "):
     lines_io.check_writable("gs://bucket/in.txt", {"--input": "gs://bucket/in.txt"})
   lines_io.check_writable("gs://bucket/out.txt", {"--input": "gs://bucket/in.txt"})
 
@@ -160,9 +162,9 @@ def test_an_empty_test_set_is_one_line(tmp_path):
   """Empty --input and --reference files: sacrebleu's IndexError before."""
   (tmp_path / "empty.src").write_text("")
   (tmp_path / "empty.ref").write_text("")
-  with pytest.raises(loading.InferenceError, match=r"^--input=.*empty.src holds no line: there is "
+  with pytest.raises(InferenceError, match=r"^--input=.*empty.src holds no line: there is "
                      r"nothing to score; pass a test set of at least one line.$"):
-    lines_io.score_file(str(tmp_path / "no_run"), str(tmp_path / "empty.src"),
+    evaluate.score_file(str(tmp_path / "no_run"), str(tmp_path / "empty.src"),
                         str(tmp_path / "empty.ref"))
 
 

@@ -7,25 +7,26 @@ import shutil
 import pytest
 
 from transformer.data import tokenizer as tokenizers
-from transformer.inference import loading
+from transformer.errors import InferenceError
+from transformer.training import loading
 
 
 def test_mistakes_give_one_clear_line(decode_run, tmp_path):
   empty = tmp_path / "empty"
   empty.mkdir()
-  with pytest.raises(loading.InferenceError, match="No checkpoints in"):
+  with pytest.raises(InferenceError, match="No checkpoints in"):
     loading.load(str(empty))
   (empty / "config.json").write_text(open(os.path.join(decode_run, "config.json")).read())
-  with pytest.raises(loading.InferenceError, match="No checkpoints in") as e:
+  with pytest.raises(InferenceError, match="No checkpoints in") as e:
     loading.load(str(empty))
   assert "\n" not in str(e.value)
   other = tokenizers.SyntheticTokenizer("reverse", 20)  # the run's task has 8 symbols
   path = other.save(tmp_path / "tokenizer.json")
-  with pytest.raises(loading.InferenceError, match="has 23 ids but the checkpoint's model has "
+  with pytest.raises(InferenceError, match="has 23 ids but the checkpoint's model has "
                      "vocab_size=11") as e:
     loading.load(decode_run, tokenizer=path)
   assert "\n" not in str(e.value)
-  with pytest.raises(loading.InferenceError, match="No checkpoint for step 7"):
+  with pytest.raises(InferenceError, match="No checkpoint for step 7"):
     loading.load(decode_run, step=7)
 
 
@@ -36,12 +37,12 @@ def test_another_runs_tokenizer_copied_into_the_workdir_is_refused(decode_run, t
   shutil.copytree(decode_run, workdir, ignore=shutil.ignore_patterns("*.lock*"))
   assert loading.load(str(workdir)).tokenizer.vocab_size == 11  # its own: loads
   tokenizers.SyntheticTokenizer("copy", 8).save(workdir / "tokenizer.json")
-  with pytest.raises(loading.InferenceError, match=r"tokenizer file is not the one its run was "
+  with pytest.raises(InferenceError, match=r"tokenizer file is not the one its run was "
                      r"trained with \(tokenizer.json:\w+ -> tokenizer.json:\w+\)"):
     loading.load(str(workdir))
   assert loading.load(str(workdir), tokenizer=os.path.join(decode_run, "tokenizer.json"))
   from transformer.research import analysis
-  with pytest.raises(loading.InferenceError, match="tokenizer file is not the one"):
+  with pytest.raises(InferenceError, match="tokenizer file is not the one"):
     analysis.analyze(str(workdir), num_batches=1)  # its statistics read through the tokenizer
   assert not (workdir / "plots").exists()
 

@@ -18,10 +18,8 @@ import pytest
 from conftest import REPO, read_only, script_env, tiny_experiment
 from transformer import checkpoint, model_summary, storage
 from transformer.data import corpus_files
-from transformer.errors import NonFiniteLossError, UserError
-from transformer.models import apply_model
-from transformer.inference import loading
-from transformer.training import evaluate, experiment, loop, steps, workdir_checks, writers
+from transformer.errors import InferenceError, NonFiniteLossError, UserError
+from transformer.training import evaluate, experiment, loop, run, steps, workdir_checks, writers
 
 
 def _losses(workdir):
@@ -120,7 +118,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   # The logits of the training process's own (sharded, restored) state ...
   from transformer.training import sharding, steps
   model_config = checkpoint.load_params(str(workdir))[1]
-  model = experiment.build_model(tiny_config, model_config)
+  model = run.build_model(tiny_config.model_type, model_config)
   tokens = np.arange(18, dtype=np.int32).reshape(2, 9) % 10 + 1
   batch = {"inputs": tokens, "targets": tokens[:, ::-1].copy()}
   mesh = sharding.make_mesh(devices)
@@ -130,7 +128,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   abstract = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding.replicated(mesh)), abstract)
   state, _ = checkpoint.Checkpointer(str(workdir)).restore(abstract)
-  expected = np.asarray(apply_model(model, state.params, batch))
+  expected = np.asarray(model.logits(state.params, batch))
   np.save(tmp_path / "batch.npy", np.stack([batch["inputs"], batch["targets"]]))
   # ... equal those of load_params in a process that has one device.
   script = textwrap.dedent(f"""
@@ -138,10 +136,10 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
       import jax
       assert jax.device_count() == 1
       from transformer import checkpoint, model_summary
-      from transformer.models import Transformer, apply_model
+      from transformer.models import Transformer
       params, cfg = checkpoint.load_params({str(workdir)!r})
       inputs, targets = np.load({str(tmp_path / 'batch.npy')!r})
-      logits = apply_model(Transformer(cfg), params, {{"inputs": inputs, "targets": targets}})
+      logits = Transformer(cfg).logits(params, {{"inputs": inputs, "targets": targets}})
       np.save({str(tmp_path / 'logits.npy')!r}, np.asarray(logits))
   """)
   env = script_env()
@@ -446,11 +444,11 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   with pytest.raises(loop.TrainingError, match=rf"another data stream \(data_files: {book} "
                      r"changed\); .*allow_data_change=True"):
     loop.train_and_evaluate(config, workdir)
-  with pytest.raises(loading.InferenceError, match=rf"The data files of {workdir} hold other "
+  with pytest.raises(InferenceError, match=rf"The data files of {workdir} hold other "
                      rf"text than it was trained on \(data_files: {book} changed\)"):
     evaluate.evaluate_workdir(workdir)  # its eval split held out of other text
   from transformer.research import analysis
-  with pytest.raises(loading.InferenceError, match=rf"The data files of {workdir} hold other "
+  with pytest.raises(InferenceError, match=rf"The data files of {workdir} hold other "
                      rf"text than it was trained on \(data_files: {book} changed\)"):
     analysis.analyze(workdir, num_batches=1)  # its statistics: of that split too
   assert not any(os.path.exists(os.path.join(workdir, d)) for d in ("eval", "plots"))

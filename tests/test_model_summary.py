@@ -33,7 +33,7 @@ def test_forward_flops_match_xla(decoder_only, activation):
     model = Transformer(cfg)
     variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), source, target)
     xla = _xla_flops(lambda v, s, t: model.apply(v, s, t), variables, source, target)
-  ours = model.forward_flops(S, T)
+  ours = model.forward_flops({"inputs": (1, S), "targets": (1, T)})  # what a batch holds
   assert ours == model_summary.forward_flops(cfg, S, T, with_encoder=not decoder_only)
   # XLA also counts softmax, norms and activations (a few percent here); matmuls must dominate.
   assert 1.0 <= xla / ours < 1.1, (xla, ours)
@@ -62,7 +62,7 @@ def test_param_counts_match_the_param_tree(decoder_only, tied):
   assert counts["output_projection"] == (0 if tied else 32 * 100)  # a kernel, no bias
   assert (counts["encoder"] == 0) == decoder_only and counts["decoder"] > 0
   model = DecoderOnly(cfg) if decoder_only else Transformer(cfg)
-  summary = model_summary.summarize(params, model.forward_flops(16, 16), 16)
+  summary = model_summary.summarize(params, model.forward_flops({"inputs": (1, 16), "targets": (1, 16)}), 16)
   forward = model_summary.forward_flops(cfg, 16, 16, with_encoder=not decoder_only) / 16
   assert summary["flops_per_token"] == {"forward": forward, "train": 3 * forward, "seq_len": 16}
   text = model_summary.format_summary(summary)

@@ -10,7 +10,7 @@ import pytest
 
 from transformer import models
 from transformer.config import ModelConfig
-from transformer.models import DecoderOnly, Transformer, init_cache, shift_right
+from transformer.models import DecoderOnly, Transformer, shift_right
 
 V = 40
 
@@ -113,28 +113,21 @@ def test_kv_cache_decoding_equals_the_full_forward_pass(name):
   inputs, targets = tokens(10, (2, 7)), tokens(11, (2, 8))
   inputs = inputs.at[1, 5:].set(0)  # a padded source row
   full = f(params, inputs, targets)
-  encoded = jax.jit(functools.partial(model.apply, method=Transformer.encode))(
-      {"params": params}, inputs)
-  cache = init_cache(model, params, batch=2, length=targets.shape[1], encoded=encoded,
-                     inputs=inputs)
-  step = jax.jit(lambda c, tok: model.apply({"params": params, "cache": c}, encoded, inputs, tok,
-                                            decode=True, mutable=["cache"],
-                                            method=Transformer.decode))
+  # The model's decoding start and step, fed the target tokens (teacher forcing).
+  state, _, _ = model.start_decoding(params, inputs, 1, targets.shape[1])
+  step = jax.jit(functools.partial(model.decode_step, params))
   previous = shift_right(targets)
   for t in range(targets.shape[1]):
-    logits, variables = step(cache, previous[:, t:t + 1])
-    cache = variables["cache"]
-    np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-4)
+    logits, state = step(state, previous[:, t])
+    np.testing.assert_allclose(logits, full[:, t], atol=1e-4)
 
   lm_model, lparams, g = lm(name)
   lfull = g(lparams, targets)
-  cache = init_cache(lm_model, lparams, batch=2, length=targets.shape[1])
-  lstep = jax.jit(lambda c, tok: lm_model.apply({"params": lparams, "cache": c}, tok, decode=True,
-                                                mutable=["cache"]))
+  state, _, _ = lm_model.start_decoding(lparams, targets[:, :0], 1, targets.shape[1])
+  lstep = jax.jit(functools.partial(lm_model.decode_step, lparams))
   for t in range(targets.shape[1]):
-    logits, variables = lstep(cache, previous[:, t:t + 1])
-    cache = variables["cache"]
-    np.testing.assert_allclose(logits[:, 0], lfull[:, t], atol=1e-4)
+    logits, state = lstep(state, previous[:, t])
+    np.testing.assert_allclose(logits, lfull[:, t], atol=1e-4)
 
 
 def _shapes(params):
@@ -237,7 +230,7 @@ def test_post_ln_input_scale_acts_only_as_the_first_attention_temperature():
 
 @pytest.mark.parametrize("cls", [Transformer, DecoderOnly])
 def test_one_interface_serves_both_models(cls):
-  """init_params, encode, init_cache and decode_step: the callers never ask which model."""
+  """init_params, logits, start_decoding and decode_step: the callers never ask which model."""
   model = cls(tiny(dropout_rate=0.0))
   tokens = jnp.asarray([[3, 4, 5, 1]], jnp.int32)
   batch = {"inputs": tokens, "targets": tokens}
@@ -248,16 +241,19 @@ def test_one_interface_serves_both_models(cls):
            "targets_segmentation": jnp.ones((2, 3), jnp.int32), "weights": jnp.ones((2, 3))}
   again = models.init_params(model, jax.random.PRNGKey(0), other)
   assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, params, again))
-  assert ("encoder" in params) == ("inputs" in model.batch_keys)
-  encoded, source, cache, prefix, prefix_len = model.start_decoding(params, tokens, 1, 4)
+  assert ("encoder" in params) == (cls is Transformer)
+  state, prefix, prefix_len = model.start_decoding(params, tokens, 1, 4)
   # A source is encoded and the output starts empty; a prompt is the output's prefix.
-  assert (encoded is not None) == ("inputs" in model.batch_keys)
-  assert int(prefix_len[0]) == (0 if encoded is not None else 4)
-  logits, cache = models.decode_step(model, params, cache, jnp.zeros((1,), jnp.int32), encoded,
-                                     source)
+  assert int(prefix_len[0]) == (0 if cls is Transformer else 4)
+  assert (model.decoding_source(batch) is None) == (cls is DecoderOnly)
+  logits, state = model.decode_step(params, state, jnp.zeros((1,), jnp.int32))
   # The first step of the cache is the first position of the full forward pass.
-  full = models.apply_model(model, params, batch)
+  full = model.logits(params, batch)
   np.testing.assert_allclose(logits, full[:, 0], rtol=1e-5, atol=1e-5)
+  # FLOPs from a batch's shapes: per row, and a source counted where the model reads one.
+  shapes = {k: (3, 4) for k in model.batch_keys}
+  assert model.forward_flops(shapes) == pytest.approx(3 * model.forward_flops(
+      {k: (1, 4) for k in model.batch_keys}))
 
 
 @pytest.mark.parametrize("model_cls", [Transformer, DecoderOnly])
@@ -285,7 +281,7 @@ def test_the_splash_kernel_computes_what_the_einsum_path_computes(model_cls):
                            dropout_rate=0.0))
     params = models.init_params(model, jax.random.PRNGKey(0), batch)
     def loss(p):
-      logits = models.apply_model(model, p, batch)
+      logits = model.logits(p, batch)
       return jnp.sum(jnp.sin(logits)), logits
     (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)  # one interpreted pass
     out[impl] = (logits, grads)

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from transformer.training import optimizers
+from transformer.training import optimizers, run
 
 
 def _config(**overrides) -> ml_collections.ConfigDict:
@@ -120,7 +120,7 @@ def test_the_hidden_mask_picks_the_blocks_kernels_of_a_real_model(scan_layers):
   config = ModelConfig.from_recipe("mup", vocab_size=50, d_model=32, num_heads=2, d_ff=64,
                                    num_decoder_layers=2, max_len=16, scan_layers=scan_layers)
   batch = {"inputs": jnp.ones((1, 8), jnp.int32), "targets": jnp.ones((1, 8), jnp.int32)}
-  params = jax.eval_shape(lambda: models.init_params(models.model_for("lm", config),
+  params = jax.eval_shape(lambda: models.init_params(run.build_model("lm", config),
                                                       jax.random.PRNGKey(0), batch))
   mask = [(jax.tree_util.keystr(path), hidden) for path, hidden in
           jax.tree_util.tree_flatten_with_path(optimizers._hidden_mask(params))[0]]

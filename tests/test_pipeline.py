@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer.data import pipeline
+from transformer.data import pipeline, settings
 from transformer.token_ids import EOS_ID
 from transformer.data.pipeline import Sources
 from transformer.data.tokenizer import SyntheticTokenizer
@@ -179,15 +179,15 @@ def test_a_concat_run_is_not_advised_to_use_concat(fake, caplog):
 def test_planned_vocab_size_is_the_one_the_data_gives(data_dir):
   """What the benchmark and compile report build without data is what training builds."""
   cfg = _config(data_dir, model=dict(vocab_size=None), tokenizer=dict(kind="sentencepiece"))
-  assert pipeline.planned_vocab_size(cfg) == (pipeline.get_datasets(cfg).vocab_size,
+  assert settings.planned_vocab_size(cfg) == (pipeline.get_datasets(cfg).vocab_size,
                                               "the synthetic 'reverse' task")
   cfg.model.vocab_size = 64
-  assert pipeline.planned_vocab_size(cfg) == (64, "model.vocab_size")
+  assert settings.planned_vocab_size(cfg) == (64, "model.vocab_size")
   cfg.model.vocab_size, cfg.dataset = None, "text_files"
   cfg.tokenizer.kind = "bytes"
-  assert pipeline.planned_vocab_size(cfg) == (259, "the byte tokenizer")
+  assert settings.planned_vocab_size(cfg) == (259, "the byte tokenizer")
   cfg.tokenizer.update(kind="sentencepiece", vocab_size=500)
-  assert pipeline.planned_vocab_size(cfg) == (500, "tokenizer.vocab_size")
+  assert settings.planned_vocab_size(cfg) == (500, "tokenizer.vocab_size")
 
 
 def test_packed_processes_read_disjoint_examples_and_match_one_process(fake):

@@ -353,6 +353,10 @@ def test_a_point_is_reused_only_while_the_sweep_file_gives_it_the_same_config(tm
   sweeps.run_command(changed, workdir, rerun_changed=True)
   assert len(calls) == 4 and {c.label_smoothing for c in calls[2:]} == {0.0}
   assert sweeps.run_command(changed, workdir) and len(calls) == 4  # now the same: reused
+  # Advice to the user (how to get missing data) changes nothing a point computes.
+  advised = _sweep_file(tmp_path / "s.py", fixed={**TINY, "label_smoothing": 0.0,
+                                                   "num_train_steps": 40, "data_help": "get it"})
+  assert sweeps.run_command(advised, workdir, aggregate_only=True) and len(calls) == 4
 
 
 def test_the_report_lists_only_the_points_of_the_grid(tmp_path, monkeypatch):

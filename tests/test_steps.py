@@ -205,9 +205,8 @@ def test_bfloat16_computes_in_bfloat16_on_float32_params_and_state(devices):
   state = steps.init_state(model16, tx, jax.random.PRNGKey(0), batch)
   assert {x.dtype for x in jax.tree_util.tree_leaves((state.params, state.opt_state))
           if x.ndim} == {jnp.dtype("float32")}
-  from transformer.models import apply_model
-  assert apply_model(model16, state.params, batch).dtype == jnp.bfloat16
-  assert apply_model(model32, state.params, batch).dtype == jnp.float32
+  assert model16.logits(state.params, batch).dtype == jnp.bfloat16
+  assert model32.logits(state.params, batch).dtype == jnp.float32
   out = {}
   for name, model in (("bf16", model16), ("f32", model32)):
     new, metrics = jax.jit(steps.make_train_step(model, _fixed(tx, lr_fn)))(

@@ -108,7 +108,7 @@ def test_a_gs_workdir_trains_is_killed_resumes_and_serves_every_reader(gcs, tfds
   # The readers read from the bucket and write their outputs there.
   source = storage.join(workdir, "inputs.txt")
   storage.write_atomically(source, "a b c\nd e\n")
-  lines_io.decode_file(workdir, source, storage.join(workdir, "outputs.txt"))
+  evaluate.decode_file(workdir, source, storage.join(workdir, "outputs.txt"))
   assert len(storage.as_path(storage.join(workdir, "outputs.txt")).read_text().splitlines()) == 2
   results = evaluate.evaluate_workdir(workdir, tfds_data_dir=tfds_dir)
   assert results["results_file"] == f"{workdir}/eval/{STEPS}/results.json"
@@ -160,8 +160,8 @@ def test_gs_paths_without_gcsfs_are_one_line_wherever_they_appear(tiny_config, t
   local = tmp_path / "in.txt"
   local.write_text("a b\n")
   for flags, call in (
-      ("--input=gs://b/in.txt", lambda: lines.decode_file("w", "gs://b/in.txt", "-")),
-      ("--output=gs://b/out.txt", lambda: lines.decode_file("w", str(local), "gs://b/out.txt")),
-      ("--reference=gs://b/ref.txt", lambda: lines.score_file("w", str(local), "gs://b/ref.txt"))):
+      ("--input=gs://b/in.txt", lambda: evaluate.decode_file("w", "gs://b/in.txt", "-")),
+      ("--output=gs://b/out.txt", lambda: evaluate.decode_file("w", str(local), "gs://b/out.txt")),
+      ("--reference=gs://b/ref.txt", lambda: evaluate.score_file("w", str(local), "gs://b/ref.txt"))):
     with pytest.raises(ConfigError, match=rf"^{flags} {said}"):
       call()

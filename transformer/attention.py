@@ -14,7 +14,7 @@ Masks are boolean, True = may attend, broadcastable to [batch, heads, q_len, kv_
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -392,6 +392,20 @@ def _qk_normalize(config: ModelConfig, x: jax.Array, name: str) -> jax.Array:
              param_dtype=config.params_dtype, name=name)(x)
 
 
+class SownAttention(NamedTuple):
+  """What one attention records for transformer.diagnostics (`MultiHeadAttention`)."""
+  q: jax.Array  # float[B, Lq, H, Dh]
+  k: jax.Array  # float[B, Lk, H, Dh]
+  scale: jax.Array  # float32[H]: the factor on q.k (per head when learned)
+  mask: Optional[jax.Array]  # bool[B, 1 or H, Lq, Lk], True = attend; None without a mask
+
+
+def read_sown(tree: Any) -> SownAttention:
+  """The `SownAttention` of one attention's 'intermediates' subtree."""
+  return SownAttention(tree["q"][0], tree["k"][0], tree["scale"][0],
+                       tree["mask"][0] if "mask" in tree else None)
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head attention (Section 3.2.2). Self-attention may cache keys/values for decoding."""
 
@@ -409,7 +423,7 @@ class MultiHeadAttention(nn.Module):
     With decode=True (self-attention, Lq = 1) keys and values go into the 'cache' collection
     and the query attends to every cached position up to its own; cross-attention projects
     the encoder output to keys and values once, when the cache is created
-    (`models.init_cache`), and reads them back at every step (`_phase` names the cases).
+    (a model's `start_decoding`), and reads them back at every step (`_phase` names the cases).
     """
     cfg = self.config
     phase = self._phase(decode)
@@ -437,7 +451,7 @@ class MultiHeadAttention(nn.Module):
 
   def _phase(self, decode: bool) -> str:
     """'full' (training, scoring: every position at once); when decoding, 'create_cache' (the
-    pass `models.init_cache` makes: projections as in 'full', their results stored), then at
+    pass `start_decoding` makes: projections as in 'full', their results stored), then at
     each step 'step' (self-attention: q, k, v of one token from the stacked kernel) or
     'cross_step' (cross-attention: keys and values of the encoder output read back)."""
     if not decode:

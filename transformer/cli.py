@@ -16,7 +16,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from transformer import errors, storage
 from transformer.errors import ConfigError, UserError, disk_full, one_line
-from transformer.inference.decoding import METHODS, DecodeConfig
+from transformer.inference.decode_config import METHODS, DecodeConfig
 
 EXIT_INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
 

@@ -11,7 +11,6 @@ import dataclasses
 import math
 from typing import Any, Optional, Union
 
-import jax.numpy as jnp
 
 from transformer import recipes
 from transformer.errors import ConfigError
@@ -150,10 +149,12 @@ class ModelConfig:
 
   @property
   def compute_dtype(self) -> Any:
+    import jax.numpy as jnp  # here: the config itself is read and checked without jax
     return jnp.dtype(self.dtype)
 
   @property
   def params_dtype(self) -> Any:
+    import jax.numpy as jnp
     return jnp.dtype(self.param_dtype)
 
   # ---- validation ----

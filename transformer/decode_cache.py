@@ -2,7 +2,7 @@
 
 A decoding step multiplies one row per sequence by each weight matrix, so its time is the
 time to read the weights. `store_step_kernel` copies a kernel [in, out] into the 'cache'
-collection when the cache is created (`models.init_cache`); `step_matmul` multiplies by it at
+collection when the cache is created (a model's `start_decoding`); `step_matmul` multiplies by it at
 every step. Attention stores q, k and v side by side, the tied output layer E^T.
 """
 
@@ -17,7 +17,7 @@ import jax
 def store_step_kernel(module: nn.Module, name: str, kernel: jax.Array,
                       bias: Optional[jax.Array] = None) -> None:
   """Puts a copy of kernel [in, out] (and bias [out]), in the compute dtype, in the 'cache'
-  collection, for `step_matmul`. Made once, when the cache is created (`models.init_cache`).
+  collection, for `step_matmul`. Made once, when the cache is created (a model's `start_decoding`).
 
   A decoding step multiplies one row per sequence by each weight matrix, so its time is the
   time to read the weights, and on CPU a matrix-vector product reads a wide [in, out] matrix

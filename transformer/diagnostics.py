@@ -8,7 +8,8 @@ scalars in one jitted function: cheap enough to run inside training every N step
 per parameter group. Both return flat dicts {name: float32 scalar}, ready for
 `MetricWriter.write(step, 'diagnostics', ...)`.
 
-Names (stack = 'encoder' | 'decoder', kind = 'self_attention' | 'cross_attention'):
+Names (stack and kind as the model names them, `models.ModelKind.stacks`: a Transformer's
+'encoder' | 'decoder', a block's 'self_attention' | 'cross_attention'):
   {stack}/embed/token_rms, posemb_rms, ratio      RMS of s*E[tok], of the PE term, their ratio
   {stack}/embed/bucket_{b}/...                    the same by frequency-rank quartile (0 = frequent)
   {stack}/layer_{i}/residual_rms                  RMS of the block output
@@ -35,9 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer import model_kinds
 from transformer.attention import attention_logits
 from transformer.config import ModelConfig
-from transformer.models import apply_model
+from transformer.models import Stack
 from transformer.token_ids import PAD_ID
 
 Batch = Mapping[str, jax.Array]
@@ -173,88 +175,50 @@ def _entropies(logits: jax.Array, valid: jax.Array, visible: jax.Array) -> dict[
   return out
 
 
-def _layers(tree: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any], bool]]:
-  """(index, block intermediates, stacked) of a BlockStack's intermediates, in layer order.
-
-  Handles the Python loop ('layer_i', with remat 'layer_i/block') and nn.scan ('layers/block',
-  every leaf stacked along a leading layer axis).
-  """
-  if "layers" in tree:
-    return [(-1, tree["layers"]["block"], True)]
-  found = []
-  for name, sub in tree.items():
-    if name.startswith("layer_"):
-      found.append((int(name[len("layer_"):]), sub.get("block", sub), False))
-  return sorted(found, key=lambda t: t[0])
-
-
-def _stack_diagnostics(stack: str, tree: Mapping[str, Any], tokens: jax.Array, valid: jax.Array,
-                       buckets: Optional[jax.Array],
+def _stack_diagnostics(name: str, stack: Stack, buckets: Optional[jax.Array],
                        config: ModelConfig) -> dict[str, jax.Array]:
-  """The embedding, residual and attention statistics of one encoder or decoder stack."""
-  out = {}
-  emb = tree["input_embedding"]
-  token = emb["token"][0]
-  out[f"{stack}/embed/token_rms"] = _rms(token, valid)
-  if "position" in emb:
-    position = emb["position"][0]
-    out[f"{stack}/embed/posemb_rms"] = _rms(position, valid)
-    out[f"{stack}/embed/ratio"] = out[f"{stack}/embed/token_rms"] / out[f"{stack}/embed/posemb_rms"]
+  """The embedding, residual and attention statistics of one stack the model recorded."""
+  out, valid = {}, stack.valid
+  terms = {"token_rms": stack.token, "posemb_rms": stack.position}
+  groups = [("embed", valid)]
   if buckets is not None:
-    token_bucket = jnp.take(buckets, tokens, mode="clip")
-    for b in range(NUM_BUCKETS):
-      in_bucket = valid & (token_bucket == b)
-      out[f"{stack}/embed/bucket_{b}/token_rms"] = _rms(token, in_bucket)
-      if "position" in emb:
-        out[f"{stack}/embed/bucket_{b}/posemb_rms"] = _rms(position, in_bucket)
-        out[f"{stack}/embed/bucket_{b}/ratio"] = (out[f"{stack}/embed/bucket_{b}/token_rms"]
-                                                  / out[f"{stack}/embed/bucket_{b}/posemb_rms"])
-  for i, h in _residuals(tree["blocks"]):
-    out[f"{stack}/layer_{i}/residual_rms"] = _rms(h, valid)
-  for i, kind, q, k, s, m in _attentions(tree["blocks"]):
-    for stat, per_head in attention_stats(q, k, s, m, config.softcap_at(i)).items():
-      for h in range(per_head.shape[0]):
-        out[f"{stack}/layer_{i}/{kind}/head_{h}/{stat}"] = per_head[h]
+    token_bucket = jnp.take(buckets, stack.tokens, mode="clip")
+    groups += [(f"embed/bucket_{b}", valid & (token_bucket == b)) for b in range(NUM_BUCKETS)]
+  for group, where in groups:
+    for stat, term in terms.items():
+      if term is not None:
+        out[f"{name}/{group}/{stat}"] = _rms(term, where)
+    if stack.position is not None:
+      out[f"{name}/{group}/ratio"] = out[f"{name}/{group}/token_rms"] / \
+          out[f"{name}/{group}/posemb_rms"]
+  for layer in stack.layers:
+    out[f"{name}/layer_{layer.index}/residual_rms"] = _rms(layer.output, valid)
+  for layer in stack.layers:
+    for kind, a in layer.attentions.items():
+      for stat, per_head in attention_stats(a.q, a.k, a.scale, a.mask,
+                                            config.softcap_at(layer.index)).items():
+        for h in range(per_head.shape[0]):
+          out[f"{name}/layer_{layer.index}/{kind}/head_{h}/{stat}"] = per_head[h]
   return out
 
 
-def _unstacked(blocks: Mapping[str, Any]):
-  """(layer index, block intermediates) per layer, a scanned stack split into its layers."""
-  for index, block, stacked in _layers(blocks):
-    if not stacked:
-      yield index, block
-      continue
-    for i in range(block["output"][0].shape[0]):
-      yield i, jax.tree_util.tree_map(lambda x, i=i: x[i], block)
-
-
-def _residuals(blocks: Mapping[str, Any]):
-  """(layer, block output float[B, L, d]) per layer."""
-  for i, block in _unstacked(blocks):
-    yield i, block["output"][0]
-
-
-def _attentions(blocks: Mapping[str, Any]):
-  """(layer, kind, q, k, scale, mask or None) of every attention of a stack, in layer order."""
-  for i, block in _unstacked(blocks):
-    for kind in ("self_attention", "cross_attention"):
-      if kind in block:
-        a = block[kind]
-        yield (i, kind, a["q"][0], a["k"][0], a["scale"][0],
-               a["mask"][0] if "mask" in a else None)
+def _recorded(model: nn.Module, params: Any, batch: Batch) -> tuple[jax.Array, dict[str, Stack]]:
+  """(logits, {stack: what it recorded}) of one deterministic forward pass."""
+  logits, state = model.logits(params, batch, mutable=["intermediates"])
+  return logits, model.stacks(state["intermediates"], batch)
 
 
 @functools.partial(jax.jit, static_argnums=0)
 def attention_maps(model: nn.Module, params: Any, batch: Batch) -> dict[str, jax.Array]:
   """{'{stack}/layer_{i}/{kind}': float32[B, H, Lq, Lk]} softmax weights of every attention of
-  the model on `batch` (deterministic), encoder first; for looking at, not for training."""
-  _, state = apply_model(model, params, batch, mutable=["intermediates"])
+  the model on `batch` (deterministic), in the model's stack order; for looking at, not for
+  training."""
   out = {}
-  for stack in ("encoder", "decoder"):
-    if stack in state["intermediates"]:
-      for i, kind, q, k, s, m in _attentions(state["intermediates"][stack]["blocks"]):
-        out[f"{stack}/layer_{i}/{kind}"] = attention_weights(q, k, s, m,
-                                                             model.config.softcap_at(i))
+  for name, stack in _recorded(model, params, batch)[1].items():
+    for layer in stack.layers:
+      for kind, a in layer.attentions.items():
+        out[f"{name}/layer_{layer.index}/{kind}"] = attention_weights(
+            a.q, a.k, a.scale, a.mask, model.config.softcap_at(layer.index))
   return out
 
 
@@ -263,18 +227,16 @@ def scale_diagnostics(model: nn.Module, params: Any, batch: Batch,
                       token_frequency: Optional[jax.Array] = None) -> dict[str, jax.Array]:
   """Scale statistics of one batch: {name: float32 scalar} (names in the module docstring).
 
-  model: a `Transformer` or `DecoderOnly`; params its params; batch the training batch dict
-  (int[B, L] arrays); token_frequency: optional float[V] counts, for the per-bucket embedding
-  ratios. Deterministic (no dropout); jitted, model static.
+  model: any model kind (`models.ModelKind`); params its params; batch the training batch
+  dict (int[B, L] arrays); token_frequency: optional float[V] counts, for the per-bucket
+  embedding ratios. Deterministic (no dropout); jitted, model static.
   """
-  cfg = model.config
-  logits, state = apply_model(model, params, batch, mutable=["intermediates"])
-  inter = state["intermediates"]
+  logits, stacks = _recorded(model, params, batch)
   target_valid = batch["targets"] != PAD_ID
   buckets = None if token_frequency is None else frequency_buckets(token_frequency)
   out = {}
-  for stack, (tokens, valid) in model.stack_inputs(batch).items():
-    out.update(_stack_diagnostics(stack, inter[stack], tokens, valid, buckets, cfg))
+  for name, stack in stacks.items():
+    out.update(_stack_diagnostics(name, stack, buckets, model.config))
   log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)  # float32[B, L]
   out["output/log_z"] = _masked_mean(log_z, target_valid, (0, 1))
   max_logit = jnp.max(logits.astype(jnp.float32), axis=-1)
@@ -282,45 +244,22 @@ def scale_diagnostics(model: nn.Module, params: Any, batch: Batch,
   return out
 
 
-def _group_norms(tree: Any) -> dict[str, jax.Array]:
-  """Squared L2 norms per parameter group: embedding(s), each block of each stack, output, rest.
-
-  A scanned stack ('layers', leaves [num_layers, ...]) is split into its layers.
-  """
-  sums: dict[str, jax.Array] = {}
-
-  def add(name, value):
-    sums[name] = sums.get(name, 0.0) + value
-
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    keys = [getattr(p, "key", str(p)) for p in path]
-    sq = jnp.square(leaf.astype(jnp.float32))
-    if keys[0].endswith("embedding"):  # 'embedding', 'source_embedding', 'target_embedding'
-      add(keys[0], jnp.sum(sq))
-    elif keys[0] == "output_logits":
-      add("output", jnp.sum(sq))
-    elif len(keys) > 2 and keys[1] == "blocks" and keys[2] == "layers":
-      per_layer = jnp.sum(sq.reshape(sq.shape[0], -1), axis=1)
-      for i in range(per_layer.shape[0]):
-        add(f"{keys[0]}/layer_{i}", per_layer[i])
-    elif len(keys) > 2 and keys[1] == "blocks":
-      add(f"{keys[0]}/{keys[2]}", jnp.sum(sq))
-    else:  # input_embedding (learned PE, embed_norm), final_norm
-      add(f"{keys[0]}/{keys[1]}" if len(keys) > 1 else keys[0], jnp.sum(sq))
-  return sums
+def _group_norms(model: nn.Module, tree: Any) -> dict[str, jax.Array]:
+  """Squared L2 norm of each of the model's parameter groups (`parameter_groups`)."""
+  return {group: sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves)
+          for group, leaves in model.parameter_groups(tree).items()}
 
 
-@jax.jit
-def update_diagnostics(old_params: Any, new_params: Any, grads: Any) -> dict[str, jax.Array]:
-  """{'grad_norm/GROUP': ||g||, 'update_ratio/GROUP': ||W_new - W_old|| / ||W_old||} per group.
-
-  Groups: each embedding matrix, '{encoder|decoder}/layer_i', '{stack}/input_embedding',
-  '{stack}/final_norm', 'output' (an untied projection).
-  """
-  grad_sq = _group_norms(grads)
+@functools.partial(jax.jit, static_argnums=0)
+def update_diagnostics(model: nn.Module, old_params: Any, new_params: Any,
+                       grads: Any) -> dict[str, jax.Array]:
+  """{'grad_norm/GROUP': ||g||, 'update_ratio/GROUP': ||W_new - W_old|| / ||W_old||} per
+  parameter group of the model (`models.parameter_groups`: each embedding matrix,
+  '{stack}/layer_i', '{stack}/input_embedding', '{stack}/final_norm', 'output')."""
+  grad_sq = _group_norms(model, grads)
   delta = jax.tree_util.tree_map(lambda a, b: b.astype(jnp.float32) - a.astype(jnp.float32),
                                  old_params, new_params)
-  delta_sq, old_sq = _group_norms(delta), _group_norms(old_params)
+  delta_sq, old_sq = _group_norms(model, delta), _group_norms(model, old_params)
   out = {f"grad_norm/{g}": jnp.sqrt(v) for g, v in grad_sq.items()}
   out.update({f"update_ratio/{g}": jnp.sqrt(delta_sq[g] / old_sq[g]) for g in delta_sq})
   return out
@@ -334,7 +273,7 @@ def training_diagnostics(model: nn.Module, old_params: Any, new_params: Any, gra
   old_params -> new_params made with `grads` (the training side computes them:
   `training.steps.Steps.grads`), as host floats."""
   values = heldout_scale_diagnostics(model, new_params, heldout, token_frequency)
-  values.update(to_floats(update_diagnostics(old_params, new_params, grads)))
+  values.update(to_floats(update_diagnostics(model, old_params, new_params, grads)))
   return values
 
 
@@ -362,7 +301,7 @@ class TokenCounts:
 
   def add(self, batch: Mapping[str, Any]) -> None:
     """Counts the non-pad ids of batch['inputs'] and batch['targets'] (int[B, L] host arrays)."""
-    for key in ("inputs", "targets"):
+    for key in model_kinds.ROWS:
       if key in batch:
         ids = np.asarray(batch[key]).ravel()
         ids = ids[(ids != PAD_ID) & (ids >= 0) & (ids < self.counts.shape[0])]
@@ -394,8 +333,8 @@ class DiagnosticName(NamedTuple):
 
 
 _STACK_NAME = re.compile(
-    r"(?P<stack>encoder|decoder)/(?:embed/(?:bucket_(?P<bucket>\d+)/)?(?P<embed>\w+)"
-    r"|layer_(?P<layer>\d+)/(?:(?P<attention>self_attention|cross_attention)/head_(?P<head>\d+)/"
+    r"(?P<stack>[a-z]\w*)/(?:embed/(?:bucket_(?P<bucket>\d+)/)?(?P<embed>\w+)"
+    r"|layer_(?P<layer>\d+)/(?:(?P<attention>\w+)/head_(?P<head>\d+)/"
     r"(?P<attn_stat>\w+)|(?P<layer_stat>residual_rms)))")
 
 

@@ -9,7 +9,7 @@ and the output knob `logits_scale` multiplies the pre-softmax logits h.E^T (or h
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -92,6 +92,12 @@ class InputEmbedding(nn.Module):
       x = make_norm(cfg, name="embed_norm")(x)
     # Section 5.4: dropout "to the sums of the embeddings and the positional encodings".
     return Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+def read_sown(tree: Any) -> tuple[jax.Array, Optional[jax.Array]]:
+  """(s * E[tokens], the position term as added or None) float[B, L, d], from one
+  `InputEmbedding`'s 'intermediates' subtree."""
+  return tree["token"][0], tree["position"][0] if "position" in tree else None
 
 
 class OutputLogits(nn.Module):

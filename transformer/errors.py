@@ -20,6 +20,10 @@ class ConfigError(UserError, ValueError):
   """An invalid setting: a config field, a flag, or data that does not fit them."""
 
 
+class InferenceError(ConfigError):
+  """A mistake in decoding or reading a run (workdir, checkpoint, tokenizer, input lines)."""
+
+
 class MissingFileError(UserError, FileNotFoundError):
   """A file or directory the user named (or a run should have written) is not there."""
 

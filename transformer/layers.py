@@ -6,12 +6,12 @@ pre:  x = x + Dropout(Sublayer(Norm(x)))        (Xiong et al. 2020; a final Norm
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
 
-from transformer.attention import MultiHeadAttention
+from transformer.attention import MultiHeadAttention, SownAttention, read_sown
 from transformer.config import ModelConfig
 from transformer.dropout import Dropout
 from transformer.norms import make_norm
@@ -98,6 +98,8 @@ class DecoderBlock(nn.Module):
     return x
 
 
+ATTENTION_SUBLAYERS = ("self_attention", "cross_attention")  # a block's attentions, by name
+
 _REMAT_POLICIES = {
     "full": None,  # save nothing: recompute the whole block in the backward pass
     "dots": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,  # keep matmul outputs
@@ -156,3 +158,29 @@ class BlockStack(nn.Module):
         x = DecoderBlock(block_cfg, cross_attention=self.cross_attention, name=f"layer_{i}")(
             x, *args, deterministic=deterministic, decode=decode)
     return x
+
+
+def per_layer(tree: Any) -> list[tuple[int, Any]]:
+  """(layer index, that layer's subtree) of a `BlockStack`'s params or intermediates, in layer
+  order; a scanned stack (leaves [num_layers, ...]) is sliced into its layers."""
+  if "layers" in tree:
+    block = tree["layers"]["block"]
+    count = jax.tree_util.tree_leaves(block)[0].shape[0]
+    return [(i, jax.tree_util.tree_map(lambda x, i=i: x[i], block)) for i in range(count)]
+  found = [(int(name[len("layer_"):]), sub.get("block", sub)) for name, sub in tree.items()
+           if name.startswith("layer_")]
+  return sorted(found, key=lambda t: t[0])
+
+
+class SownLayer(NamedTuple):
+  """What one block records for transformer.diagnostics."""
+  index: int
+  output: jax.Array  # the residual stream after the block, float[B, L, d]
+  attentions: dict[str, SownAttention]  # by sublayer: 'self_attention', 'cross_attention'
+
+
+def read_sown_layers(tree: Any) -> list[SownLayer]:
+  """The `SownLayer`s of a `BlockStack`'s 'intermediates' subtree, in layer order."""
+  return [SownLayer(i, block["output"][0],
+                    {name: read_sown(block[name]) for name in ATTENTION_SUBLAYERS if name in block})
+          for i, block in per_layer(tree)]

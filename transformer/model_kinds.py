@@ -2,56 +2,77 @@
 the class that builds it.
 
 This table sits on the bottom floor so that the data pipeline (which knows no model) and the
-model stack read the same fact. transformer.models registers its two classes against the
-built-in kinds; a new kind (a prefix LM, say) is one `register` call beside its class:
-training, checkpoints, decoding and the benchmark ask the class, never the kind's name.
+model stack read the same fact. A built-in kind is a row of `KINDS`; a kind of one's own is
+named by its class, `model_type='package.module:ClassName'`, a flax module taking a
+ModelConfig that answers `transformer.models.ModelKind` (its `batch_keys` are its rows). The
+name is recorded with every checkpoint, so restoring, decoding and analysis find the class
+again; nothing is registered at import.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+import importlib
+from typing import Any
 
 from transformer.errors import ConfigError
+
+ROWS = ("inputs", "targets")  # what a batch may hold: a source, and the targets scored
 
 
 @dataclasses.dataclass(frozen=True)
 class Kind:
   name: str  # an experiment's model_type
   batch_keys: tuple[str, ...]  # the int[B, L] rows of its batches: 'targets', and 'inputs'
-  model: Optional[Any] = None  # its flax module class, ModelClass(ModelConfig)
+  model_class: str  # 'package.module:ClassName' of its flax module, built as Class(ModelConfig)
 
-  @property
-  def reads_inputs(self) -> bool:
-    """Whether its batches hold a source ('inputs') beside the targets."""
-    return "inputs" in self.batch_keys
+  def check_rows(self, keys: tuple[str, ...], dataset: str) -> None:
+    """One line where this kind reads a row that a dataset's rows (`keys`) lack."""
+    missing = [k for k in self.batch_keys if k not in keys]
+    if missing:
+      raise ConfigError(f"Dataset {dataset!r} is a language-modelling corpus (no "
+                        f"{', '.join(missing)}), but model_type={self.name!r} reads a source; "
+                        "set model_type='lm' (configs/lm.py) or use a translation dataset.")
+
+  def check_has_source(self, setting: str) -> None:
+    """One line where `setting` needs rows with a source (BLEU of decoded sources) and this
+    kind's rows hold none."""
+    if ROWS[0] not in self.batch_keys:
+      raise ConfigError(f"{setting} needs model_type='seq2seq' or another kind that reads a "
+                        f"source (BLEU scores translations; {self.name!r} continues prompts); "
+                        f"set --config.{setting.split('=')[0]}=0.")
 
 
-_KINDS: dict[str, Kind] = {
-    "seq2seq": Kind("seq2seq", ("inputs", "targets")),  # an encoder-decoder (the paper's)
-    "lm": Kind("lm", ("targets",)),  # a decoder-only language model
+KINDS: dict[str, Kind] = {
+    "seq2seq": Kind("seq2seq", ROWS, "transformer.models:Transformer"),  # the paper's
+    "lm": Kind("lm", ROWS[1:], "transformer.models:DecoderOnly"),  # a decoder-only LM
 }
 
 
-def register(name: str, batch_keys: tuple[str, ...], model: Any) -> Kind:
-  """Adds (or, for a known kind, completes) the kind `name`, built by `model`."""
-  if "targets" not in batch_keys or not set(batch_keys) <= {"inputs", "targets"}:
-    raise ConfigError(f"A model kind's batches hold 'targets' and optionally 'inputs', not "
-                      f"{batch_keys!r}.")
-  known = _KINDS.get(name)
-  if known is not None and known.batch_keys != tuple(batch_keys):
-    raise ConfigError(f"Model kind {name!r} holds {known.batch_keys}; {model} reads "
-                      f"{tuple(batch_keys)}.")
-  _KINDS[name] = Kind(name, tuple(batch_keys), model)
-  return _KINDS[name]
+def get(model_type: str) -> Kind:
+  """The kind `model_type` names: a row of KINDS, or a class 'package.module:ClassName'."""
+  if model_type in KINDS:
+    return KINDS[model_type]
+  if ":" not in str(model_type):
+    raise ConfigError(f"model_type={model_type!r} is not one of {sorted(KINDS)} or a model "
+                      "class 'package.module:ClassName'.")
+  keys = tuple(getattr(model_class(model_type), "batch_keys", ()))
+  if "targets" not in keys or not set(keys) <= set(ROWS):
+    raise ConfigError(f"model_type={model_type!r}: a model's batch_keys hold 'targets' and "
+                      f"optionally 'inputs', not {keys!r}.")
+  return Kind(model_type, keys, model_type)
 
 
-def get(name: str) -> Kind:
-  """The kind `name`; one line naming the known ones otherwise."""
-  if name not in _KINDS:
-    raise ConfigError(f"model_type={name!r} is not one of {sorted(_KINDS)}.")
-  return _KINDS[name]
-
-
-def names() -> list[str]:
-  return sorted(_KINDS)
+def model_class(model_type: str) -> Any:
+  """The flax module class of `model_type` (imported on first use: the data pipeline and the
+  config checks read the table without the model stack)."""
+  path = KINDS[model_type].model_class if model_type in KINDS else model_type
+  module_name, _, class_name = path.partition(":")
+  try:
+    found = getattr(importlib.import_module(module_name), class_name, None)
+  except ImportError as e:
+    raise ConfigError(f"model_type={model_type!r}: module {module_name!r} cannot be imported "
+                      f"({e}).") from None
+  if not isinstance(found, type):
+    raise ConfigError(f"model_type={model_type!r}: {module_name} has no class {class_name!r}.")
+  return found

@@ -72,7 +72,7 @@ def train_flops(forward_flops: float, batch_size: int) -> float:
 
 def summarize(params: Any, forward_flops: float, seq_len: int) -> dict[str, Any]:
   """Parameter counts, and the FLOPs per target token of a forward pass over rows of `seq_len`
-  tokens (both sides) costing `forward_flops` (a model's `forward_flops(seq_len, seq_len)`)."""
+  tokens (both sides) costing `forward_flops` (`models.row_flops` of seq_len)."""
   forward = forward_flops / seq_len
   return {"params": param_counts(params),
           "flops_per_token": {"forward": forward, "train": train_flops(forward, 1),

@@ -5,29 +5,28 @@ given targets[:, :t] (the decoder input is `shift_right(targets)`, with 0 as the
 Packed batches pass `*_segmentation` (segment id per token, 0 = pad) and `*_position`
 (position within the segment); attention never crosses segments.
 
-Both answer the same questions, so that training, decoding, diagnostics, checkpoints and the
-benchmark never ask which one they hold (`model_kinds` maps an experiment's model_type to the
-class): what a batch holds (`batch_keys`), its logits (`logits`), what each stack's input
-embedding reads (`stack_inputs`), its FLOPs (`forward_flops`), how its input is read
-(`input_limit`, `input_eos`), and how decoding starts and steps (`decoding_lengths`,
-`start_decoding`, `init_cache`, `decode_step`; without a cache, `prefix_logits`). They are
-plain methods: called on the unbound module with its params, `model.logits(params, batch)`.
+Both answer the questions of `ModelKind` (at the end of this file), so that training,
+decoding, diagnostics, checkpoints and the benchmark never ask which one they hold: what a
+batch holds (`batch_keys`), its logits, its FLOPs from a batch's shapes, its stacks and
+parameter groups for the diagnostics, how its input is read, and decoding as an opaque state
+(`start_decoding`, `decode_step`; without a cache, `prefix_logits`). `model_kinds` names the
+class of an experiment's model_type.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer import model_kinds, model_summary, positional
+from transformer import embeddings, model_kinds, model_summary, positional
 from transformer.attention import segment_mask
 from transformer.config import ModelConfig
 from transformer.embeddings import InputEmbedding, OutputLogits, TokenEmbedding
 from transformer.errors import ConfigError
-from transformer.layers import BlockStack
+from transformer.layers import BlockStack, SownLayer, per_layer, read_sown_layers
 from transformer.norms import make_norm
 from transformer.token_ids import PAD_ID
 
@@ -100,7 +99,7 @@ class Transformer(nn.Module):
   """Encoder-decoder Transformer: apply(variables, inputs, targets) -> logits float[B, Lt, V]."""
 
   config: ModelConfig
-  batch_keys: ClassVar[tuple[str, ...]] = model_kinds.get("seq2seq").batch_keys
+  batch_keys: ClassVar[tuple[str, ...]] = model_kinds.KINDS["seq2seq"].batch_keys
 
   def setup(self):
     cfg = self.config
@@ -169,7 +168,7 @@ class Transformer(nn.Module):
                        targets_position=targets_position, deterministic=deterministic,
                        return_hidden=return_hidden)
 
-  # ---- the interface every kind answers (module docstring); called unbound, with params ----
+  # ---- the interface every kind answers (`ModelKind`); called unbound, with params ----
   def logits(self, params: Any, batch: Mapping[str, jax.Array], *, deterministic: bool = True,
              rng: Optional[jax.Array] = None, **kwargs: Any) -> Any:
     """Logits float[B, Lt, V] of a batch dict (kwargs to `apply`: mutable, return_hidden)."""
@@ -187,9 +186,29 @@ class Transformer(nn.Module):
             "decoder": (shift_right(targets, batch.get("targets_segmentation")),
                         targets != PAD_ID)}
 
-  def forward_flops(self, source_len: int, target_len: int) -> float:
-    """Matmul FLOPs of one sequence's forward pass (`model_summary`)."""
-    return model_summary.forward_flops(self.config, source_len, target_len, with_encoder=True)
+  def stacks(self, intermediates: Any, batch: Mapping[str, jax.Array]) -> dict[str, Stack]:
+    """{stack: what it recorded} from `logits(..., mutable=['intermediates'])`'s collection."""
+    return read_stacks(intermediates, self.stack_inputs(batch))
+
+  def parameter_groups(self, tree: Any) -> dict[str, list[jax.Array]]:
+    """`models.parameter_groups` of this model's params (or a tree shaped like them)."""
+    return parameter_groups(tree)
+
+  def forward_flops(self, shapes: Mapping[str, Sequence[int]]) -> float:
+    """Matmul FLOPs of the forward pass over a batch of these shapes ({key: (B, L)})."""
+    (batch, source_len), target_len = shapes["inputs"], shapes["targets"][1]
+    return batch * model_summary.forward_flops(self.config, source_len, target_len,
+                                               with_encoder=True)
+
+  def decoding_source(self, batch: Mapping[str, jax.Array]) -> Optional[jax.Array]:
+    """What decoding a batch's rows starts from, its outputs scored against batch['targets']:
+    the source int[B, Ls]."""
+    return batch["inputs"]
+
+  def input_len(self, train_len: int) -> int:
+    """Input tokens a line may have by default (EOS included): the training rows' length,
+    within the position table."""
+    return min(train_len, self.input_limit)
 
   @property
   def input_limit(self) -> int:
@@ -209,53 +228,46 @@ class Transformer(nn.Module):
       raise ConfigError(f"Sources of {length} tokens exceed the model's max_len={max_len} "
                         f"(its position table); truncate them to at most {max_len} tokens.")
     num_steps = min(length + extra_len, max_len)
-    count = _num_tokens(inputs)
+    count = num_tokens(inputs)
     return (num_steps, jnp.full((inputs.shape[0],), num_steps, jnp.int32),
             jnp.where(count > 0, count + extra_len, 0))
 
   def start_decoding(self, params: Any, inputs: jax.Array, copies: int, num_steps: int):
-    """(encoded, source, cache, prefix int[B, 1], prefix_len int[B]) for B rows, each repeated
-    `copies` times: the source is encoded once and the output starts empty."""
+    """(state, prefix int[B, 1], prefix_len int[B]) for B rows, each repeated `copies` times:
+    the source is encoded once, the output starts empty. The state (a pytree whose per-row
+    leaves lead with B * copies) holds the cache, which also holds the cross-attention keys
+    and values of the source, made once."""
+    check_cache_length(self.config, num_steps)
     encoded = self.apply({"params": params}, inputs, method=Transformer.encode)
     # Beams of a row share its source: repeat it once per beam, [B, ...] -> [B * copies, ...].
     encoded, source = (jnp.repeat(x, copies, axis=0) for x in (encoded, inputs))
-    cache = self.init_cache(params, batch=inputs.shape[0] * copies, length=num_steps,
-                            encoded=encoded, inputs=source)
-    batch = inputs.shape[0]
-    return (encoded, source, cache, jnp.zeros((batch, 1), jnp.int32),
-            jnp.zeros((batch,), jnp.int32))
-
-  def init_cache(self, params: Any, *, batch: int, length: int,
-                 encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
-    """`models.init_cache` for this model: the cross-attention keys and values of `encoded`."""
-    _check_cache_length(self.config, length)
-    targets = jnp.zeros((batch, length), jnp.int32)
-    _, variables = self.apply({"params": params}, encoded, inputs, targets, decode=True,
+    targets = jnp.zeros((source.shape[0], num_steps), jnp.int32)
+    _, variables = self.apply({"params": params}, encoded, source, targets, decode=True,
                               mutable=["cache"], method=Transformer.decode)
-    return variables["cache"]
+    state = {"cache": variables["cache"], "encoded": encoded, "source": source}
+    batch = inputs.shape[0]
+    return state, jnp.zeros((batch, 1), jnp.int32), jnp.zeros((batch,), jnp.int32)
 
-  def decode_step(self, params: Any, cache: Any, token: jax.Array,
-                  encoded: Optional[jax.Array] = None,
-                  inputs: Optional[jax.Array] = None) -> tuple[jax.Array, Any]:
-    """`models.decode_step` for this model."""
-    logits, mutated = self.apply({"params": params, "cache": cache}, encoded, inputs,
-                                 token[:, None], decode=True, mutable=["cache"],
-                                 method=Transformer.decode)
-    return logits[:, 0], mutated["cache"]
+  def decode_step(self, params: Any, state: Any, token: jax.Array) -> tuple[jax.Array, Any]:
+    """The previous token int[N] -> (logits float[N, V] of the next position, the state)."""
+    logits, mutated = self.apply({"params": params, "cache": state["cache"]},
+                                 state["encoded"], state["source"], token[:, None],
+                                 decode=True, mutable=["cache"], method=Transformer.decode)
+    return logits[:, 0], {**state, "cache": mutated["cache"]}
 
-  def prefix_logits(self, params: Any, encoded: jax.Array, inputs: jax.Array,
-                    tokens: jax.Array) -> jax.Array:
+  def prefix_logits(self, params: Any, state: Any, tokens: jax.Array) -> jax.Array:
     """Logits float[B, L, V] at every position of output tokens int[B, L] (each from the
     tokens before it), without a cache: what decoding without one recomputes at each step.
-    encoded float[B, Ls, d] and inputs int[B, Ls] as `start_decoding` returns them."""
-    return self.apply({"params": params}, encoded, inputs, tokens, method=Transformer.decode)
+    `state` as `start_decoding` returns it."""
+    return self.apply({"params": params}, state["encoded"], state["source"], tokens,
+                      method=Transformer.decode)
 
 
 class DecoderOnly(nn.Module):
   """Language model: apply(variables, tokens) -> logits float[B, L, V], logits[:, t] predicting tokens[:, t]."""
 
   config: ModelConfig
-  batch_keys: ClassVar[tuple[str, ...]] = model_kinds.get("lm").batch_keys
+  batch_keys: ClassVar[tuple[str, ...]] = model_kinds.KINDS["lm"].batch_keys
 
   def setup(self):
     cfg = self.config
@@ -284,9 +296,7 @@ class DecoderOnly(nn.Module):
     """Final hidden states float[B, L, d] -> logits float[B, L, V]."""
     return self.output_logits(hidden)
 
-  # ---- the interface every kind answers (module docstring); called unbound, with params ----
-  # Decoding runs `DecoderOnly.__call__` by name, so a subclass with another __call__ (a
-  # prefix LM reading inputs ++ targets) decodes through the same cache.
+  # ---- the interface every kind answers (`ModelKind`); called unbound, with params ----
   def logits(self, params: Any, batch: Mapping[str, jax.Array], *, deterministic: bool = True,
              rng: Optional[jax.Array] = None, **kwargs: Any) -> Any:
     """Logits float[B, L, V] of a batch dict (kwargs to `apply`: mutable, return_hidden)."""
@@ -301,10 +311,29 @@ class DecoderOnly(nn.Module):
     return {"decoder": (shift_right(targets, batch.get("targets_segmentation")),
                         targets != PAD_ID)}
 
-  def forward_flops(self, source_len: int, target_len: int) -> float:
-    """Matmul FLOPs of one sequence's forward pass (`model_summary`); no source."""
-    del source_len
-    return model_summary.forward_flops(self.config, 0, target_len, with_encoder=False)
+  def stacks(self, intermediates: Any, batch: Mapping[str, jax.Array]) -> dict[str, Stack]:
+    """{stack: what it recorded} from `logits(..., mutable=['intermediates'])`'s collection."""
+    return read_stacks(intermediates, self.stack_inputs(batch))
+
+  def parameter_groups(self, tree: Any) -> dict[str, list[jax.Array]]:
+    """`models.parameter_groups` of this model's params (or a tree shaped like them)."""
+    return parameter_groups(tree)
+
+  def forward_flops(self, shapes: Mapping[str, Sequence[int]]) -> float:
+    """Matmul FLOPs of the forward pass over a batch of these shapes ({'targets': (B, L)})."""
+    batch, length = shapes["targets"]
+    return batch * model_summary.forward_flops(self.config, 0, length, with_encoder=False)
+
+  def decoding_source(self, batch: Mapping[str, jax.Array]) -> Optional[jax.Array]:
+    """None: an LM's rows hold no source to decode from (its BLEU scores prompts given as
+    lines, scripts/evaluate.py --input)."""
+    del batch
+    return None
+
+  def input_len(self, train_len: int) -> int:
+    """Input tokens a prompt may have by default: `input_limit`."""
+    del train_len
+    return self.input_limit
 
   @property
   def input_limit(self) -> int:
@@ -325,104 +354,120 @@ class DecoderOnly(nn.Module):
       raise ConfigError(f"Prompts of {length} tokens leave no room in max_len={max_len}; "
                         f"truncate them to at most {max_len - 1} tokens.")
     num_steps = min(2 * length + extra_len, max_len)
-    count = _num_tokens(inputs)
+    count = num_tokens(inputs)
     return num_steps, num_steps - count, count + extra_len
 
   def start_decoding(self, params: Any, inputs: jax.Array, copies: int, num_steps: int):
-    """(encoded None, source None, cache, prefix int[B, P], prefix_len int[B]) for B rows,
-    each repeated `copies` times: the prompt is the output's prefix."""
-    cache = self.init_cache(params, batch=inputs.shape[0] * copies, length=num_steps)
-    return None, None, cache, inputs, _num_tokens(inputs)
+    """(state, prefix int[B, P], prefix_len int[B]) for B rows, each repeated `copies` times:
+    the prompt is the output's prefix; the state holds the cache."""
+    check_cache_length(self.config, num_steps)
+    zeros = jnp.zeros((inputs.shape[0] * copies, num_steps), jnp.int32)
+    _, variables = self.apply({"params": params}, zeros, decode=True, mutable=["cache"])
+    return {"cache": variables["cache"]}, inputs, num_tokens(inputs)
 
-  def init_cache(self, params: Any, *, batch: int, length: int,
-                 encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
-    """`models.init_cache` for this model (no source: encoded and inputs unused)."""
-    del encoded, inputs
-    _check_cache_length(self.config, length)
-    targets = jnp.zeros((batch, length), jnp.int32)
-    _, variables = self.apply({"params": params}, targets, decode=True, mutable=["cache"],
-                              method=DecoderOnly.__call__)
-    return variables["cache"]
+  def decode_step(self, params: Any, state: Any, token: jax.Array) -> tuple[jax.Array, Any]:
+    """The previous token int[N] -> (logits float[N, V] of the next position, the state)."""
+    logits, mutated = self.apply({"params": params, "cache": state["cache"]}, token[:, None],
+                                 decode=True, mutable=["cache"])
+    return logits[:, 0], {"cache": mutated["cache"]}
 
-  def decode_step(self, params: Any, cache: Any, token: jax.Array,
-                  encoded: Optional[jax.Array] = None,
-                  inputs: Optional[jax.Array] = None) -> tuple[jax.Array, Any]:
-    """`models.decode_step` for this model."""
-    del encoded, inputs
-    logits, mutated = self.apply({"params": params, "cache": cache}, token[:, None],
-                                 decode=True, mutable=["cache"], method=DecoderOnly.__call__)
-    return logits[:, 0], mutated["cache"]
-
-  def prefix_logits(self, params: Any, encoded: Optional[jax.Array],
-                    inputs: Optional[jax.Array], tokens: jax.Array) -> jax.Array:
+  def prefix_logits(self, params: Any, state: Any, tokens: jax.Array) -> jax.Array:
     """`Transformer.prefix_logits` for this model (the prompt is the tokens' start)."""
-    del encoded, inputs
-    return self.apply({"params": params}, tokens, method=DecoderOnly.__call__)
+    del state
+    return self.apply({"params": params}, tokens)
 
 
 def _rngs(rng: Optional[jax.Array]) -> Optional[dict[str, jax.Array]]:
   return None if rng is None else {"dropout": rng}
 
 
-def _num_tokens(tokens: jax.Array) -> jax.Array:
+def num_tokens(tokens: jax.Array) -> jax.Array:
   """Tokens before the padding: int32[B] for int[B, L] 0-padded on the right."""
   return jnp.sum(tokens != PAD_ID, axis=1).astype(jnp.int32)
 
 
-def _check_cache_length(config: ModelConfig, length: int) -> None:
+def check_cache_length(config: ModelConfig, length: int) -> None:
+  """One line where a decoding cache of `length` positions exceeds the position table."""
   if length > config.max_len and config.has_position_table:
     raise ConfigError(f"A cache of {length} positions exceeds the position table of "
                       f"max_len={config.max_len}; decode at most {config.max_len}.")
 
 
+def row_flops(model: "ModelKind", length: int) -> float:
+  """Matmul FLOPs of one forward pass over a batch of one row of `length` tokens in each of
+  the model's batch rows (`forward_flops`): what a training row of max_len costs."""
+  return model.forward_flops({k: (1, length) for k in model.batch_keys})
+
+
 def init_params(model: nn.Module, rng: jax.Array, batch: Mapping[str, jax.Array]) -> Any:
-  """Fresh params of either model; `batch` (int arrays [B, L] under `model.batch_keys`) only
+  """Fresh params of a model; `batch` (int arrays [B, L] under `model.batch_keys`) only
   fixes the shapes."""
   return model.init(rng, *(batch[k] for k in model.batch_keys))["params"]
 
 
-def decode_step(model: nn.Module, params: Any, cache: Any, token: jax.Array,
-                encoded: Optional[jax.Array] = None,
-                inputs: Optional[jax.Array] = None) -> tuple[jax.Array, Any]:
-  """One decoding step through the cache: the previous token int[N] -> (logits float[N, V]
-  of the next position, the updated cache). `encoded` and `inputs` (the source) are those
-  `start_decoding` gave, for a model that reads a source."""
-  return model.decode_step(params, cache, token, encoded, inputs)
+class Stack(NamedTuple):
+  """What one stack (an encoder, a decoder) recorded for transformer.diagnostics."""
+  tokens: jax.Array  # the ids its input embedding read, int[B, L]
+  valid: jax.Array  # which of them are real tokens, bool[B, L]
+  token: jax.Array  # the token term of the input embedding as added, float[B, L, d]
+  position: Optional[jax.Array]  # the position term as added; None without one
+  layers: list[SownLayer]
 
 
-def init_cache(model: nn.Module, params: Any, *, batch: int, length: int,
-               encoded: Optional[jax.Array] = None, inputs: Optional[jax.Array] = None) -> Any:
-  """The 'cache' collection for decoding up to `length` tokens of `batch` rows.
-
-  Self-attention caches start at zero. What a step would otherwise recompute from fixed
-  arrays is made here, once: a Transformer's cross-attention keys and values of the encoder
-  output (encoded float[batch, Ls, d], inputs int[batch, Ls]), and the weights the steps read
-  in a matrix-vector-friendly layout (stacked q/k/v kernels, the transposed tied embedding).
-  The cache is made by a decoder pass over `length` zeros: inside jit XLA keeps only what
-  feeds the cache; outside jit the whole pass runs.
-  """
-  return model.init_cache(params, batch=batch, length=length, encoded=encoded, inputs=inputs)
+def read_stacks(intermediates: Any, inputs: Mapping[str, tuple[jax.Array, jax.Array]]
+                ) -> dict[str, Stack]:
+  """{stack: Stack} of the 'intermediates' of an `Encoder` or `Decoder` named by each key of
+  `inputs` ({stack: (ids, valid)}, a model's `stack_inputs`)."""
+  return {name: Stack(tokens, valid, *embeddings.read_sown(intermediates[name]["input_embedding"]),
+                      read_sown_layers(intermediates[name]["blocks"]))
+          for name, (tokens, valid) in inputs.items()}
 
 
-def apply_model(model: nn.Module, params: Any, batch: Mapping[str, jax.Array], *,
-                deterministic: bool = True, rng: Optional[jax.Array] = None,
-                **kwargs: Any) -> Any:
-  """The model's logits float[B, L, V] for a batch dict of int[B, L] arrays (its
-  `batch_keys`, and the packed keys '*_segmentation', '*_position' when present).
+def parameter_groups(tree: Any) -> dict[str, list[jax.Array]]:
+  """The parameter groups of a model built from this file's modules (its params, or a tree of
+  the same structure such as gradients): {group: its arrays}. Groups: each embedding matrix
+  by its name, '{stack}/layer_{i}' (a scanned stack split into its layers), the other parts
+  of a stack ('{stack}/input_embedding', '{stack}/final_norm'), 'output' (an untied
+  projection)."""
+  groups: dict[str, list[jax.Array]] = {}
+  for name, sub in tree.items():
+    if name == "output_logits":
+      groups["output"] = jax.tree_util.tree_leaves(sub)
+    elif isinstance(sub, Mapping) and "blocks" in sub:  # an Encoder or a Decoder
+      for part, value in sub.items():
+        if part == "blocks":
+          for i, layer in per_layer(value):
+            groups[f"{name}/layer_{i}"] = jax.tree_util.tree_leaves(layer)
+        else:
+          groups[f"{name}/{part}"] = jax.tree_util.tree_leaves(value)
+    else:  # a TokenEmbedding: 'embedding', 'source_embedding', 'target_embedding'
+      groups[name] = jax.tree_util.tree_leaves(sub)
+  return groups
 
-  kwargs go to `apply` (e.g. mutable=[...], return_hidden=True); rng is the dropout key.
-  """
-  return model.logits(params, batch, deterministic=deterministic, rng=rng, **kwargs)
 
+class ModelKind(Protocol):
+  """What every model class answers, so that training, decoding, diagnostics, checkpoints and
+  the benchmark never ask which kind they hold. Its methods are called on the unbound module
+  with its params: `model.logits(params, batch)`."""
+  config: ModelConfig
+  batch_keys: ClassVar[tuple[str, ...]]  # the int[B, L] rows of its batches (`model_kinds`)
 
-for _name, _cls in (("seq2seq", Transformer), ("lm", DecoderOnly)):
-  model_kinds.register(_name, _cls.batch_keys, _cls)
+  def logits(self, params: Any, batch: Mapping[str, jax.Array], *, deterministic: bool = True,
+             rng: Optional[jax.Array] = None, **kwargs: Any) -> Any: ...
+  def project(self, hidden: jax.Array) -> jax.Array: ...
+  def stack_inputs(self, batch: Mapping[str, jax.Array]
+                   ) -> dict[str, tuple[jax.Array, jax.Array]]: ...
+  def stacks(self, intermediates: Any, batch: Mapping[str, jax.Array]) -> dict[str, Stack]: ...
+  def parameter_groups(self, tree: Any) -> dict[str, list[jax.Array]]: ...
+  def forward_flops(self, shapes: Mapping[str, Sequence[int]]) -> float: ...
+  def decoding_source(self, batch: Mapping[str, jax.Array]) -> Optional[jax.Array]: ...
+  def input_len(self, train_len: int) -> int: ...
+  def input_eos(self, prompt_eos: bool) -> bool: ...
+  def decoding_lengths(self, inputs: jax.Array, extra_len: int) -> tuple[int, Any, Any]: ...
+  def start_decoding(self, params: Any, inputs: jax.Array, copies: int,
+                     num_steps: int) -> tuple[Any, jax.Array, jax.Array]: ...
+  def decode_step(self, params: Any, state: Any, token: jax.Array) -> tuple[jax.Array, Any]: ...
+  def prefix_logits(self, params: Any, state: Any, tokens: jax.Array) -> jax.Array: ...
 
-
-def model_for(model_type: str, config: ModelConfig) -> nn.Module:
-  """The model of an experiment's model_type (`model_kinds`): Transformer(config) for
-  'seq2seq', DecoderOnly(config) for 'lm', or a registered kind's class."""
-  kind = model_kinds.get(model_type)
-  if kind.model is None:
-    raise ConfigError(f"model_type={model_type!r} has no model class registered.")
-  return kind.model(config)
+  @property
+  def input_limit(self) -> int: ...

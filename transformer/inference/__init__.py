@@ -2,6 +2,6 @@
 
   decoding.py    greedy, sampling and beam search, one jitted while_loop (DecodeConfig)
   evaluation.py  BLEU (sacrebleu) and exact match of a decoded split
-  loading.py     a trained workdir's newest readable checkpoint, model and tokenizer
-  lines.py       lines of text in, lines of text out (scripts/decode.py)
+  lines.py       lines of text in, lines of text out (scripts/decode.py; a checkpoint is
+                 read by transformer.training.loading)
 """

@@ -31,48 +31,10 @@ import jax
 import jax.numpy as jnp
 
 from transformer.errors import ConfigError
-from transformer import models
+from transformer.inference.decode_config import MAX_BEAM_SIZE, METHODS, DecodeConfig  # noqa: F401
 from transformer.token_ids import EOS_ID, PAD_ID
 
-METHODS = ("greedy", "sample", "beam")
-# Beam search holds a KV cache per beam of every row: memory grows linearly with the beam, and
-# translation quality stops improving long before this (BLEU peaks at beams of 4 to 10).
-MAX_BEAM_SIZE = 64
 _NEG_INF = -1.0e9  # finite, so that -inf - -inf never makes a NaN in the score arithmetic
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeConfig:
-  """How to decode; hashable, so each distinct config compiles once.
-
-  method: 'greedy', 'sample' or 'beam'. beam_size, alpha: beam search (GNMT length penalty).
-  temperature, top_k (0 = off), top_p (1.0 = off): sampling. extra_len: the output may hold
-  input length + extra_len tokens. eos_id: the id that ends a row (-1: never stop, for
-  benchmarks).
-  """
-  method: str = "beam"
-  beam_size: int = 4
-  alpha: float = 0.6
-  temperature: float = 1.0
-  top_k: int = 0
-  top_p: float = 1.0
-  extra_len: int = 50
-  eos_id: int = EOS_ID
-
-  def __post_init__(self):
-    if self.method not in METHODS:
-      raise ConfigError(f"Decoding method {self.method!r} is unknown; use one of "
-                       f"{', '.join(METHODS)}.")
-    for name, ok, rule in (("beam_size", 1 <= self.beam_size <= MAX_BEAM_SIZE,
-                            f"in [1, {MAX_BEAM_SIZE}] (each beam holds its own KV cache; "
-                            "BLEU peaks at beams of 4 to 10)"),
-                           ("alpha", self.alpha >= 0.0, ">= 0"),
-                           ("temperature", self.temperature > 0.0, "> 0 (greedy: method='greedy')"),
-                           ("top_k", self.top_k >= 0, ">= 0 (0 = off)"),
-                           ("top_p", 0.0 < self.top_p <= 1.0, "in (0, 1] (1 = off)"),
-                           ("extra_len", self.extra_len >= 0, ">= 0")):
-      if not ok:
-        raise ConfigError(f"Decoding {name}={getattr(self, name)!r} must be {rule}.")
 
 
 def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -83,24 +45,19 @@ def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
 # ---------------------------------------------------------------------------------------
 # One decoding step through the cache.
 # ---------------------------------------------------------------------------------------
-def _step_fn(model: nn.Module, params: Any, encoded: Optional[jax.Array],
-             inputs: Optional[jax.Array]):
-  """step(cache, token int[N]) -> (logits float32[N, V] of the next position, cache)."""
-
-  def step(cache, token):
-    logits, cache = models.decode_step(model, params, cache, token, encoded, inputs)
-    # Never choose PAD (as fairseq): downstream a 0 means "nothing here".
-    return logits.astype(jnp.float32).at[:, PAD_ID].set(_NEG_INF), cache
-
-  return step
-
-
 def _prepare(model: nn.Module, params: Any, inputs: jax.Array, copies: int, num_steps: int):
-  """(step, cache, prefix int[B, P], prefix_len int[B]) for B rows, each repeated `copies`
-  times: the model starts its decoding (a source encoded, or a prompt as the prefix)."""
-  encoded, source, cache, prefix, prefix_len = model.start_decoding(params, inputs, copies,
-                                                                    num_steps)
-  return _step_fn(model, params, encoded, source), cache, prefix, prefix_len
+  """(step, state, prefix int[B, P], prefix_len int[B]) for B rows, each repeated `copies`
+  times: the model starts its decoding (a source encoded, or a prompt as the prefix) into an
+  opaque state; step(state, token int[N]) -> (logits float32[N, V] of the next position,
+  state)."""
+  state, prefix, prefix_len = model.start_decoding(params, inputs, copies, num_steps)
+
+  def step(state, token):
+    logits, state = model.decode_step(params, state, token)
+    # Never choose PAD (as fairseq): downstream a 0 means "nothing here".
+    return logits.astype(jnp.float32).at[:, PAD_ID].set(_NEG_INF), state
+
+  return step, state, prefix, prefix_len
 
 
 # ---------------------------------------------------------------------------------------
@@ -192,12 +149,13 @@ def _gather_beams(x: jax.Array, indices: jax.Array) -> jax.Array:
   return jax.vmap(lambda row, idx: row[idx])(x, indices)
 
 
-def _reorder_cache(cache: Any, indices: jax.Array) -> Any:
-  """Self-attention keys/values [..., B * K * H, L, D] follow their beams to int[B, K] parents.
+def _reorder_cache(state: Any, indices: jax.Array) -> Any:
+  """Self-attention keys/values [..., B * K * H, L, D] of a decoding state follow their beams
+  to int[B, K] parents.
 
-  The leading '...' is the layer axis of a scanned stack. Everything else in the cache is
-  the same for every beam of a row (the shared source's cross-attention keys/values, weight
-  copies, step counters), so it stays as it is.
+  The leading '...' is the layer axis of a scanned stack. Everything else in the state is
+  the same for every beam of a row (the shared source, its cross-attention keys/values,
+  weight copies, step counters), so it stays as it is.
   """
   batch, beams = indices.shape
   flat = (indices + beams * jnp.arange(batch)[:, None]).reshape(-1)
@@ -208,7 +166,7 @@ def _reorder_cache(cache: Any, indices: jax.Array) -> Any:
     rows = x.reshape(*x.shape[:-3], batch * beams, -1, *x.shape[-2:])  # [..., B * K, H, L, D]
     return jnp.take(rows, flat, axis=x.ndim - 3).reshape(x.shape)
 
-  return jax.tree_util.tree_map_with_path(reorder, cache)
+  return jax.tree_util.tree_map_with_path(reorder, state)
 
 
 def _beam_search(model, params, inputs, out_limit, config: DecodeConfig, knobs: _Knobs,

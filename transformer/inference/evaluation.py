@@ -93,8 +93,10 @@ def until_eos(ids: Any) -> tuple[int, ...]:
 def decode_split(model: nn.Module, params: Any, batches: Iterable[Batch],
                  decode_ids: Callable[[Any], str], config: DecodeConfig = DecodeConfig(), *,
                  place: Optional[Callable[[Batch], Batch]] = None,
-                 fetch: Optional[Callable[[Any], np.ndarray]] = None) -> DecodedSplit:
-  """Decodes the 'inputs' of every batch (a seq2seq model) and compares with 'targets'.
+                 fetch: Optional[Callable[[Any], np.ndarray]] = None) -> Optional[DecodedSplit]:
+  """Decodes what each batch's decoding starts from (the model's `decoding_source`: a
+  seq2seq model's source) and compares the outputs with its 'targets'; None for a model whose
+  rows hold nothing to decode from (a language model).
 
   place: host batch -> model-ready batch (default: as is); fetch: array -> host numpy of the
   whole batch (default np.asarray). All-zero rows (an eval split's padding) are skipped.
@@ -104,8 +106,11 @@ def decode_split(model: nn.Module, params: Any, batches: Iterable[Batch],
   out = DecodedSplit([], [], [], [])
   for batch in batches:
     placed = place(batch)
-    tokens, _ = decoding.decode(model, params, placed["inputs"], config)
-    tokens, inputs, targets = (fetch(x) for x in (tokens, placed["inputs"], placed["targets"]))
+    source = model.decoding_source(placed)
+    if source is None:
+      return None
+    tokens, _ = decoding.decode(model, params, source, config)
+    tokens, inputs, targets = (fetch(x) for x in (tokens, source, placed["targets"]))
     for source, hypothesis, reference in zip(inputs, tokens, targets):
       if not reference.any():
         continue

@@ -17,9 +17,14 @@ from absl import logging
 
 from transformer import storage
 from transformer.data import corpus_files
-from transformer.inference import decoding, evaluation, loading
+from transformer.inference import decoding, evaluation
 from transformer.inference.decoding import DecodeConfig
+from transformer.errors import InferenceError
 from transformer.token_ids import EOS_ID, UNK_ID
+
+# A checkpoint ready to decode (`transformer.training.loading.Loaded`): its model, params,
+# model_config, experiment and tokenizer are what these functions read.
+Loaded = Any
 
 
 def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
@@ -29,22 +34,20 @@ def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
   return dataset in ("synthetic", "parallel_text") or "translate" in dataset
 
 
-def model_input_limit(loaded: loading.Loaded) -> int:
+def model_input_limit(loaded: Loaded) -> int:
   """The most input tokens the model takes (its `input_limit`): max_len for a source, one
   less for an LM prompt (so that it can be continued)."""
   return loaded.model.input_limit
 
 
-def max_input_len(loaded: loading.Loaded) -> int:
-  """Input tokens a line may have by default (EOS included): the training rows' length for a
-  source, within what the model covers; `model_input_limit` for a prompt."""
-  if not loaded.reads_source:
-    return model_input_limit(loaded)
-  return min(int(loaded.experiment.get("max_len") or loaded.model_config.max_len),
-             model_input_limit(loaded))
+def max_input_len(loaded: Loaded) -> int:
+  """Input tokens a line may have by default (EOS included), as the model reads its input
+  (`input_len`): a source as long as the training rows, a prompt up to `model_input_limit`."""
+  return loaded.model.input_len(int(loaded.experiment.get("max_len")
+                                    or loaded.model_config.max_len))
 
 
-def encode_lines(loaded: loading.Loaded, lines: Sequence[str], max_len: Optional[int] = None,
+def encode_lines(loaded: Loaded, lines: Sequence[str], max_len: Optional[int] = None,
                  prompt_eos: Optional[bool] = None) -> tuple[list[list[int]], int]:
   """(ids of each line, number truncated). Sources end in EOS, as in training (so do LM
   prompts where `prompt_ends_with_eos`); an empty line gives []. A line longer than max_len
@@ -71,7 +74,7 @@ def encode_lines(loaded: loading.Loaded, lines: Sequence[str], max_len: Optional
   return out, truncated
 
 
-def decode_lines(loaded: loading.Loaded, lines: Sequence[str], config: DecodeConfig = DecodeConfig(), *,
+def decode_lines(loaded: Loaded, lines: Sequence[str], config: DecodeConfig = DecodeConfig(), *,
                  batch_size: int = 64, max_len: Optional[int] = None,
                  prompt_eos: Optional[bool] = None, seed: int = 0) -> list[str]:
   """One output line per input line, in the input's order; an empty line gives an empty line.
@@ -81,10 +84,10 @@ def decode_lines(loaded: loading.Loaded, lines: Sequence[str], config: DecodeCon
   one warning counting them. Sampling draws from fold_in(PRNGKey(seed), batch index).
   """
   if batch_size < 1:
-    raise loading.InferenceError(f"batch_size={batch_size} must be >= 1.")
+    raise InferenceError(f"batch_size={batch_size} must be >= 1.")
   limit = model_input_limit(loaded)
   if max_len is not None and not 1 <= max_len <= limit:
-    raise loading.InferenceError(
+    raise InferenceError(
         f"--max_input_len={max_len} is outside [1, {limit}]: the model's position table "
         f"(max_len={loaded.model_config.max_len}) covers at most {limit} input tokens.")
   cap = max_input_len(loaded) if max_len is None else max_len
@@ -124,7 +127,7 @@ def read_lines(path: str, flag: str = "--input") -> list[str]:
   try:
     return corpus_files.read_lines(path)
   except OSError as e:
-    raise loading.InferenceError(f"Cannot read {flag}={path} ({e.strerror}); pass an existing "
+    raise InferenceError(f"Cannot read {flag}={path} ({e.strerror}); pass an existing "
                                  "text file" + (", or '-' for stdin." if flag == "--input"
                                                 else ".")) from None
 
@@ -148,17 +151,17 @@ def check_writable(path: str, inputs: Optional[Mapping[str, str]] = None,
   outputs never overwrite inputs."""
   for flag, source in (inputs or {}).items():
     if _same_file(path, source):
-      raise loading.InferenceError(f"{out_flag}={path} is also {flag}, which writing it would "
+      raise InferenceError(f"{out_flag}={path} is also {flag}, which writing it would "
                                    f"overwrite; pass another {out_flag}.")
   if path == "-" or not storage.is_local(path):  # an object store: its write says if not
     return
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
-    raise loading.InferenceError(f"Cannot write {out_flag}={path}: the directory {folder} does "
+    raise InferenceError(f"Cannot write {out_flag}={path}: the directory {folder} does "
                                  "not exist; create it or pass another path.")
   if os.path.isdir(path) or not os.access(folder, os.W_OK) or (
       os.path.exists(path) and not os.access(path, os.W_OK)):
-    raise loading.InferenceError(f"Cannot write {out_flag}={path} (a directory, or no write "
+    raise InferenceError(f"Cannot write {out_flag}={path} (a directory, or no write "
                                  "permission); pass another path.")
 
 
@@ -170,52 +173,3 @@ def write_lines(path: str, lines: Sequence[str]) -> None:
     sys.stdout.flush()
   else:
     storage.as_path(path).write_text(text, encoding="utf-8")
-
-
-def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,
-                config: DecodeConfig = DecodeConfig(), step: Optional[int] = None,
-                tokenizer: Optional[str] = None, batch_size: int = 64,
-                max_len: Optional[int] = None, prompt_eos: Optional[bool] = None,
-                seed: int = 0) -> dict[str, Any]:
-  """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`;
-  returns what it did: {'workdir', 'step' (the checkpoint loaded), 'lines', 'output'}."""
-  storage.check_all_reachable({"--input": input_path, "--output": output_path})
-  check_writable(output_path, {"--input": input_path})
-  lines = read_lines(input_path)
-  loaded = loading.load(workdir, step, tokenizer)
-  outputs = decode_lines(loaded, lines, config, batch_size=batch_size, max_len=max_len,
-                         prompt_eos=prompt_eos, seed=seed)
-  write_lines(output_path, outputs)
-  return {"workdir": workdir, "step": loaded.step, "lines": len(lines), "output": output_path}
-
-
-def score_file(workdir: str, input_path: str, reference_path: str,
-               output_path: Optional[str] = None, *, config: DecodeConfig = DecodeConfig(),
-               step: Optional[int] = None, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
-  """Decodes each line of `input_path` (a named test set's sources) and scores the outputs
-  against `reference_path` (one reference a line) with sacrebleu's corpus BLEU, the figure
-  `sacrebleu REFERENCE -i HYPOTHESES` prints; writes the hypotheses to `output_path` if given.
-  Returns {'workdir', 'step', 'num_examples', 'bleu', 'bleu_signature', 'exact_match', ...}."""
-  storage.check_all_reachable({"--input": input_path, "--reference": reference_path,
-                               "--output": output_path})
-  if output_path is not None:
-    check_writable(output_path, {"--input": input_path, "--reference": reference_path})
-  sources = read_lines(input_path)
-  references = read_lines(reference_path, "--reference")
-  if not sources:
-    raise loading.InferenceError(f"--input={input_path} holds no line: there is nothing to "
-                                 "score; pass a test set of at least one line.")
-  if len(sources) != len(references):
-    raise loading.InferenceError(
-        f"--input={input_path} has {len(sources)} lines but --reference={reference_path} has "
-        f"{len(references)}; pass one reference line per input line.")
-  loaded = loading.load(workdir, step)
-  hypotheses = decode_lines(loaded, sources, config, batch_size=batch_size, seed=seed)
-  if output_path is not None:
-    write_lines(output_path, hypotheses)
-  bleu = evaluation.corpus_bleu(hypotheses, references)
-  return {"workdir": workdir, "step": loaded.step, "input": input_path,
-          "reference": reference_path, "hypotheses_file": output_path,
-          "num_examples": len(sources), "bleu": bleu.score, "bleu_signature": bleu.signature,
-          "exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)]))
-          if sources else 0.0}

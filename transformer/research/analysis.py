@@ -25,9 +25,8 @@ import numpy as np
 
 from transformer import checkpoint, diagnostics, storage
 from transformer.errors import ConfigError, RunError
-from transformer.inference import loading
 from transformer.token_ids import EOS_ID, PAD_ID
-from transformer.training import evaluate
+from transformer.training import evaluate, loading
 from transformer.training.writers import read_metrics
 
 NUM_BATCHES = 4  # held-out batches averaged over
@@ -382,7 +381,7 @@ def attention_maps_of_text(workdir: str, text: str,
   # shown in the first stack that reads it: a source's encoder, a prompt's decoder (whose
   # input is the prompt shifted right).
   tokens = np.asarray([ids + [EOS_ID] if loaded.model.input_eos(False) else ids], np.int32)
-  batch = {k: tokens for k in loaded.model.batch_keys}
+  batch = {k: tokens for k in loaded.model.batch_keys}  # the text in every row the model reads
   stack, (shown, _) = next(iter(loaded.model.stack_inputs(batch).items()))
   labels = [_token_label(loaded.tokenizer, int(t)) for t in np.asarray(shown)[0]]
   if tokens.shape[1] > loaded.model_config.max_len:
@@ -438,14 +437,14 @@ def attention_map_figure(workdir: str, text: str, step: Optional[int] = None,
 def first_heldout_text(workdir: str, max_tokens: int = 16) -> str:
   """The text of the first held-out example of a run's own data, for `attention_maps_of_text`:
   its source sentence (translation) or its first `max_tokens` tokens (language model)."""
-  datasets = evaluate.run_datasets(loading.load(workdir))
+  loaded = loading.load(workdir)
+  datasets = evaluate.run_datasets(loaded)
   batch = next(iter(datasets.eval_batches()), None)
   if batch is None:
     raise ConfigError(f"The eval split of {workdir} yielded no batches; pass a text instead.")
-  key = "inputs" if "inputs" in batch else "targets"
-  ids = np.asarray(batch[key][0])
-  segments = batch.get(f"{key}_segmentation")
-  if segments is not None:
-    ids = ids[np.asarray(segments[0]) == np.asarray(segments[0])[0]]  # the first document
+  # Eval rows hold one example each: the source the model decodes from, or (a language
+  # model, which decodes from none) the text itself.
+  source = loaded.model.decoding_source(batch)
+  ids = np.asarray(batch["targets"] if source is None else source)[0]
   ids = [int(t) for t in ids if t not in (PAD_ID, EOS_ID)][:max_tokens]
   return datasets.decode_ids(ids)

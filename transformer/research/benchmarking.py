@@ -34,7 +34,7 @@ from transformer.inference import decoding
 from transformer.model_summary import train_flops
 from transformer.research import chips
 from transformer.token_ids import EOS_ID
-from transformer.training import experiment, sharding
+from transformer.training import experiment, run, sharding
 
 MODES = ("train", "eval", "decode", "data", "diagnostics")
 # The held-out batches the loop's scale diagnostics average over (the experiment default).
@@ -107,10 +107,10 @@ def mfu_figures(model_flops_per_sec: float, device_kind: str, num_devices: int, 
 
 @dataclasses.dataclass
 class _Bench:
-  """What every mode times: the assembled run, one random full-length batch and the state
-  (the train modes carry it forward), and the settings of the timings."""
+  """What every mode times: the Run, one random full-length batch and the state (the train
+  modes carry it forward), and the settings of the timings."""
   config: ml_collections.ConfigDict
-  assembled: experiment.Assembled
+  run: run.Run
   host: dict[str, np.ndarray]
   batch: Any
   state: Any
@@ -147,13 +147,13 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   if "diagnostics" in modes:  # the training loop's diagnostics every N steps, against none
     result["diagnostics"] = _diagnostics(bench, compiled, diagnostics_every)
   if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
-    result["decode"] = benchmark_decoding(bench.assembled.model_config.replace(dropout_rate=0.0),
+    result["decode"] = benchmark_decoding(bench.run.model_config.replace(dropout_rate=0.0),
                                           decode_batch, decode_tokens, repeats=repeats,
                                           model_type=config.model_type)
   if "data" in modes:  # the host input pipeline alone, on the config's own data
     result["data"] = pipeline.measure_throughput(config, 10.0)
   if "eval" in modes:
-    eval_fn = bench.assembled.steps.eval
+    eval_fn = bench.run.steps.eval
     seconds = statistics.median(time_call(
         lambda: eval_fn(bench.state.params, bench.batch).loss_sum, repeats))
     result.update(eval_tokens_per_sec=bench.tokens_per_step / seconds)
@@ -162,24 +162,23 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
 
 def _setup(config: ml_collections.ConfigDict, steps: int,
            repeats: int) -> tuple[_Bench, dict[str, Any]]:
-  """The assembled run on the local devices, its random batch and fresh state, and the
-  figures every mode shares (device, sizes, parameters, FLOPs per token, matmul peak)."""
-  assembled = experiment.assemble(config, jax.local_devices())
-  cfg, model = assembled.model_config, assembled.model
+  """The Run on the local devices, its random batch and fresh state, and the figures every
+  mode shares (device, sizes, parameters, FLOPs per token, matmul peak)."""
+  r = run.setup(config, jax.local_devices())
+  cfg, model = r.model_config, r.model
   B, L = config.batch_size, config.max_len
   rng = np.random.default_rng(0)
   host = {k: rng.integers(3, cfg.vocab_size, (B, L)).astype(np.int32) for k in model.batch_keys}
-  state = assembled.steps.init(jax.random.PRNGKey(0))
   peak = matmul_peak(cfg.dtype, repeats=repeats)
-  bench = _Bench(config, assembled, host, sharding.global_batch(host, assembled.mesh), state,
-                 steps, repeats, peak)
+  bench = _Bench(config, r, host, sharding.global_batch(host, r.mesh), r.state, steps, repeats,
+                 peak)
   result = {
       "device": f"{jax.local_device_count()} x {jax.local_devices()[0].device_kind}",
       "dtype": cfg.dtype, "batch_size": B, "max_len": L, "d_model": cfg.d_model,
       "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": cfg.vocab_size,
-      "vocab_from": assembled.vocab_from,
+      "vocab_from": r.vocab_from,
       "scan_layers": cfg.scan_layers, "remat": cfg.remat,
-      "params": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
+      "params": int(sum(x.size for x in jax.tree_util.tree_leaves(r.state.params))),
       "model_flops_per_token": _train_flops(bench, 1) / (L * len(host)),
       "matmul_peak_tflops": peak / 1e12,
   }
@@ -187,13 +186,12 @@ def _setup(config: ml_collections.ConfigDict, steps: int,
 
 
 def _train_flops(bench: _Bench, batch_size: int) -> float:
-  L = bench.config.max_len
-  return train_flops(bench.assembled.model.forward_flops(L, L), batch_size)
+  return train_flops(models.row_flops(bench.run.model, bench.config.max_len), batch_size)
 
 
 def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) -> Any:
   """Compiles and times the train step (and profiles it); returns the compiled step."""
-  cfg, key, train = bench.assembled.model_config, jax.random.PRNGKey(1), bench.assembled.steps.train
+  cfg, key, train = bench.run.model_config, jax.random.PRNGKey(1), bench.run.steps.train
   start = time.perf_counter()
   compiled = train.lower(bench.state, bench.batch, key).compile()
   result["compile_seconds"] = time.perf_counter() - start
@@ -214,7 +212,7 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
   flops = _train_flops(bench, bench.config.batch_size)
   result.update(train_step_seconds=seconds, train_tokens_per_sec=bench.tokens_per_step / seconds,
                 train_model_tflops_per_sec=flops / seconds / 1e12,
-                attention_kernel=attention_kernel(cfg, bench.assembled.mesh,
+                attention_kernel=attention_kernel(cfg, bench.run.mesh,
                                                   bench.config.max_len),
                 **mfu_figures(flops / seconds, jax.local_devices()[0].device_kind,
                               jax.local_device_count(), cfg.dtype, bench.peak))
@@ -231,8 +229,8 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
 def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
   """`every` train steps with the loop's diagnostics at their end, against the same steps
   without: the diagnostics' overhead."""
-  model, key, train = bench.assembled.model, jax.random.PRNGKey(1), bench.assembled.steps.train
-  counts = diagnostics.TokenCounts(bench.assembled.model_config.vocab_size)
+  model, key, train = bench.run.model, jax.random.PRNGKey(1), bench.run.steps.train
+  counts = diagnostics.TokenCounts(bench.run.model_config.vocab_size)
 
   def train_steps(with_diagnostics: bool):
     old = jax.tree_util.tree_map(jnp.copy, bench.state.params) if with_diagnostics else None
@@ -241,7 +239,7 @@ def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
         counts.add(bench.host)
       bench.state, metrics = compiled(bench.state, bench.batch, key, *train.bound)
     if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
-      grads = bench.assembled.steps.grads(old, bench.batch, jax.random.fold_in(key, 0))
+      grads = bench.run.steps.grads(old, bench.batch, jax.random.fold_in(key, 0))
       diagnostics.training_diagnostics(model, old, bench.state.params, grads,
                                        [bench.batch] * DIAGNOSTICS_BATCHES, counts.frequency())
     return metrics["loss_sum"]
@@ -267,34 +265,32 @@ def _uncached_greedy(model: nn.Module, params: Any, inputs: jax.Array, num_token
   The output is padded up to a multiple of `bucket`, one compilation per width; `compile`
   compiles every width, `run` returns the int[B, num_tokens] new tokens.
   """
-  def begin(params, inputs):  # the decoding start without its cache (unused: XLA drops it)
-    encoded, source, _, prefix, prefix_len = model.start_decoding(params, inputs, 1, 1)
-    return encoded, source, prefix, prefix_len
+  def begin(params, inputs):  # the decoding start (its cache unused here: XLA drops it)
+    return model.start_decoding(params, inputs, 1, 1)
 
   start, full = jax.jit(begin), jax.jit(model.prefix_logits)
   # Outputs go after the prefix: a prompt's tokens, or none (a source's output starts empty).
   # The benchmark's rows hold no padding, so every row's prefix is as long.
-  first = int(start(params, inputs)[3][0])
+  first = int(start(params, inputs)[2][0])
   total = first + num_tokens
 
   def width_at(t: int) -> int:
     return min(-(-(first + t + 1) // bucket) * bucket, total)
 
   def run() -> np.ndarray:
-    encoded, source, prefix, _ = start(params, inputs)
+    state, prefix, _ = start(params, inputs)
     tokens = np.zeros((inputs.shape[0], total), np.int32)
     tokens[:, :first] = np.asarray(prefix)[:, :first]
     for t in range(first, total):
       tokens[:, t] = EOS_ID  # any non-pad id: position t must be unmasked; its value is unused
-      logits = full(params, encoded, source, jnp.asarray(tokens[:, :width_at(t - first)]))
+      logits = full(params, state, jnp.asarray(tokens[:, :width_at(t - first)]))
       tokens[:, t] = np.asarray(decoding.first_argmax(logits[:, t, 1:])) + 1  # never PAD
     return tokens[:, first:]
 
   def compile_widths() -> None:
-    encoded, source, _, _ = start(params, inputs)
+    state = start(params, inputs)[0]
     for width in sorted({width_at(t) for t in range(num_tokens)}):
-      full(params, encoded, source, jnp.ones((inputs.shape[0], width), jnp.int32)
-           ).block_until_ready()
+      full(params, state, jnp.ones((inputs.shape[0], width), jnp.int32)).block_until_ready()
 
   return compile_widths, run
 
@@ -313,7 +309,7 @@ def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: i
                        model_type: str = "seq2seq", source_len: int = 32, bucket: int = 32,
                        seed: int = 0, repeats: int = 1) -> dict[str, float]:
   """Greedy tokens/s with the KV cache and without it, for a random-init model of
-  `model_type` (`models.model_for`).
+  `model_type` (`run.random_model`).
 
   Both produce exactly `num_tokens` new tokens per row (EOS ignored) from a random source (or
   prompt) of `source_len` tokens; a source is encoded once in both. Without the cache every
@@ -330,12 +326,10 @@ def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: i
   # The position table covers the source and the output; a prompt shares it with its
   # continuation, which the model's decoding lengths say (room for fewer than num_tokens).
   longest = max(num_tokens, source_len, model_config.max_len)
-  model = models.model_for(model_type, dataclasses.replace(model_config, max_len=longest))
+  model, params = run.random_model(model_type, model_config.replace(max_len=longest), seed)
   if int(jnp.min(model.decoding_lengths(inputs, num_tokens)[1])) < num_tokens:
-    model = models.model_for(model_type, dataclasses.replace(
-        model_config, max_len=max(source_len + num_tokens, model_config.max_len)))
-  rows = {"inputs": inputs, "targets": jnp.ones((batch_size, 8), jnp.int32)}
-  params = jax.jit(functools.partial(models.init_params, model))(jax.random.PRNGKey(seed), rows)
+    model, params = run.random_model(model_type, model_config.replace(
+        max_len=max(source_len + num_tokens, model_config.max_len)), seed)
   config = decoding.DecodeConfig(method="greedy", eos_id=-1, extra_len=num_tokens)
   limit = jnp.full((batch_size,), num_tokens, jnp.int32)
 

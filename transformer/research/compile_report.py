@@ -3,7 +3,7 @@ the compiled program.
 
 With `libtpu` installed (`pip install -e '.[tpu]'`), JAX compiles for a TPU topology it is
 not running on (`jax.experimental.topologies`), here on a CPU. `compile_report` builds the
-train step exactly as training does (`experiment.assemble`: the same mesh, shardings, state
+train step exactly as training does (`run.setup`: the same mesh, shardings, state
 donation and attention kernel, 'auto' resolved for the target's chip) for the target's
 devices, compiles it, and reports per device:
 
@@ -49,11 +49,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from transformer import models
 from transformer.attention import step_kernel
 from transformer.errors import ConfigError
 from transformer.model_summary import train_flops
 from transformer.research.chips import CHIPS, GIB, GPUS, Chip
-from transformer.training import experiment, sharding
+from transformer.training import run, sharding
 
 # The device descriptions XLA's GPU compiler needs to compile for a GPU that is not attached:
 # an H100 SXM 80GB and an H200 SXM 141GB (the same GH100 die: 132 SMs, 50 MiB L2, 1.98 GHz
@@ -368,27 +369,23 @@ def big_float32_buffers(hlo_text: str, length: int, vocab: int) -> dict[str, int
   return found
 
 
-def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]) -> tuple:
-  """(compiled step, experiment.Assembled, abstract state): the train step of `config`
-  compiled for `devices` (attached or not), as training assembles it."""
-  assembled = experiment.assemble(config, devices)
-  model, mesh, built = assembled.model, assembled.mesh, assembled.steps
-  state = jax.tree_util.tree_map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      jax.eval_shape(built.init, jax.random.PRNGKey(0)), built.state_shardings)
+def compile_train_step(config: ml_collections.ConfigDict,
+                       devices: Sequence[Any]) -> tuple[Any, run.Run]:
+  """(compiled step, the Run with its abstract state): the train step of `config` compiled
+  for `devices` (attached or not), as training sets it up."""
+  r = run.setup(config, devices, state="abstract")
   batch = {k: jax.ShapeDtypeStruct((config.batch_size, config.max_len), jnp.int32,
-                                   sharding=sharding.batch_sharding(mesh))
-           for k in model.batch_keys}
-  rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(mesh))
-  return built.train.lower(state, batch, rng).compile(), assembled, state
+                                   sharding=sharding.batch_sharding(r.mesh))
+           for k in r.model.batch_keys}
+  rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(r.mesh))
+  return r.steps.train.lower(r.state, batch, rng).compile(), r
 
 
 def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, Any]:
   """The report of the module docstring for `config` on `target` (see `target_devices`)."""
-  experiment.validate(config)
   devices, chip = target_devices(target)
-  compiled, assembled, state = compile_train_step(config, devices)
-  cfg, model, mesh = assembled.model_config, assembled.model, assembled.mesh
+  compiled, r = compile_train_step(config, devices)
+  cfg, model, mesh, state = r.model_config, r.model, r.mesh, r.state
   n = len(devices)
   with jax.set_mesh(mesh):  # 'auto' as the step resolved it, for the target's chips
     kernel = step_kernel(cfg, config.max_len)
@@ -402,8 +399,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
   cost = (cost[0] if isinstance(cost, list) else cost) or {}  # None where XLA gives none (GPU)
   xla_flops = float(cost["flops"]) if "flops" in cost else None
   bytes_accessed = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
-  analytic = train_flops(model.forward_flops(config.max_len, config.max_len),
-                         config.batch_size) / n
+  analytic = train_flops(models.row_flops(model, config.max_len), config.batch_size) / n
   hlo = compiled.as_text()
   traffic = hbm_traffic(hlo)
   comms = collectives(hlo)
@@ -424,7 +420,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
       "batch_size": config.batch_size, "max_len": config.max_len,
       "tokens_per_step": config.batch_size * config.max_len * len(model.batch_keys),
       "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
-      "vocab_size": cfg.output_vocab_size, "vocab_from": assembled.vocab_from,
+      "vocab_size": cfg.output_vocab_size, "vocab_from": r.vocab_from,
       "params": int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(state.params))),
       "memory_bytes": mem, "state_bytes_per_device": state_bytes,
       # What the fsdp axis could not split (no dimension it divides): on every device whole.

@@ -1,4 +1,5 @@
-"""Evaluation of a run: the loss of a split and the BLEU of its decoding, on a mesh.
+"""Evaluation of a run: the loss of a split and the BLEU of its decoding, on a mesh; and a
+workdir's checkpoint decoding lines of a file (`decode_file`, `score_file`).
 
 The training loop logs both (`bleu_every_steps` for BLEU); `evaluate_workdir` does the same
 for any checkpoint of a finished run (scripts/evaluate.py), with the step that training uses
@@ -19,11 +20,11 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from transformer import storage
-from transformer.data import pipeline
-from transformer.errors import UserError
-from transformer.inference import evaluation, lines, loading
+from transformer.data import pipeline, settings
+from transformer.errors import InferenceError, UserError
+from transformer.inference import evaluation, lines
 from transformer.inference.decoding import DecodeConfig
-from transformer.training import sharding, steps, workdir_checks, writers
+from transformer.training import loading, sharding, steps, workdir_checks, writers
 
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
 # The splits training's evaluations write; at a resumed step they are run again, so their
@@ -65,9 +66,10 @@ def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Modu
 
 def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,
                       mesh: jax.sharding.Mesh, config: DecodeConfig = DecodeConfig(), *,
-                      split: str = "eval") -> evaluation.DecodedSplit:
+                      split: str = "eval") -> Optional[evaluation.DecodedSplit]:
   """`evaluation.decode_split` over `datasets.eval_batches()` (split 'eval') or
-  `datasets.test_batches()` (split 'test') on a mesh (any process count).
+  `datasets.test_batches()` (split 'test') on a mesh (any process count); None for a model
+  whose rows hold nothing to decode from.
 
   Each process places its rows of each global batch; every process gets the whole batch's
   outputs back, so each computes the same corpus BLEU.
@@ -84,11 +86,11 @@ def check_run_data(loaded: loading.Loaded,
   """One line where a loaded run's data cannot be its own: its data files hold other text
   than it was trained on (its held-out split would be other text), or a data path is on
   gs:// without gcsfs. Before any work or any file is written."""
-  pipeline.check_paths_reachable(experiment or loaded.experiment, prefix="the run's ")
+  settings.check_paths_reachable(experiment or loaded.experiment, prefix="the run's ")
   changed = workdir_checks.changed_data_files(loaded.identity, loaded.experiment,
                                               loaded.workdir)
   if changed:
-    raise loading.InferenceError(
+    raise InferenceError(
         f"The data files of {loaded.workdir} hold other text than it was trained on "
         f"({', '.join(changed)}), so its held-out split would be other text; restore those "
         "files to read it.")
@@ -103,7 +105,7 @@ def run_datasets(loaded: loading.Loaded,
   try:
     return pipeline.get_datasets(experiment or loaded.experiment, workdir=loaded.workdir)
   except UserError as e:
-    raise loading.InferenceError(
+    raise InferenceError(
         f"The data of {loaded.workdir} cannot be read ({' '.join(str(e).split())}).") from None
 
 
@@ -126,16 +128,15 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
   if tfds_data_dir:
     exp.tfds_data_dir = tfds_data_dir
-  mesh = sharding.make_mesh()
-  devices = mesh.devices.size
+  devices = jax.device_count()
   exp.batch_size = -(-(batch_size or exp.batch_size) // devices) * devices  # splits evenly
   datasets = run_datasets(loaded, exp)
-  params = jax.device_put(loaded.params, sharding.replicated(mesh))
-  built = steps.build_steps(exp, loaded.model, mesh)
+  r = loaded.as_run(exp)
   results: dict[str, Any] = {"workdir": workdir, "step": loaded.step, "split": "eval"}
-  results.update(steps.evaluate(built.eval, params, datasets.eval_batches(), mesh))
-  if decode and loaded.reads_source:
-    decoded = decode_eval_split(loaded.model, params, datasets, mesh, config)
+  results.update(steps.evaluate(r.steps.eval, r.state.params, datasets.eval_batches(), r.mesh))
+  decoded = decode_eval_split(r.model, r.state.params, datasets, r.mesh, config) if decode \
+      else None
+  if decoded is not None:
     results.update(decoded.metrics())
     results["bleu_signature"] = decoded.bleu.signature
     results["decode"] = dataclasses.asdict(config)
@@ -143,10 +144,59 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
                         ("sources", decoded.sources)):
       lines.write_lines(storage.join(out_dir, f"{name}.txt"), texts)
   path = storage.join(out_dir, "results.json")
-  if not (decode and loaded.reads_source) and storage.as_path(path).exists():
+  if decoded is None and storage.as_path(path).exists():
     # This checkpoint's decoding, written earlier beside hypotheses.txt, is still its own:
     # keep it (and the files) rather than a results.json that no longer matches them.
     results = {**json.loads(storage.as_path(path).read_text()), **results}
   storage.write_atomically(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   results["results_file"] = path
   return results
+
+
+def decode_file(workdir: str, input_path: str = "-", output_path: str = "-", *,
+                config: DecodeConfig = DecodeConfig(), step: Optional[int] = None,
+                tokenizer: Optional[str] = None, batch_size: int = 64,
+                max_len: Optional[int] = None, prompt_eos: Optional[bool] = None,
+                seed: int = 0) -> dict[str, Any]:
+  """Decodes each line of `input_path` with the workdir's checkpoint into `output_path`;
+  returns what it did: {'workdir', 'step' (the checkpoint loaded), 'lines', 'output'}."""
+  storage.check_all_reachable({"--input": input_path, "--output": output_path})
+  lines.check_writable(output_path, {"--input": input_path})
+  texts = lines.read_lines(input_path)
+  loaded = loading.load(workdir, step, tokenizer)
+  outputs = lines.decode_lines(loaded, texts, config, batch_size=batch_size, max_len=max_len,
+                               prompt_eos=prompt_eos, seed=seed)
+  lines.write_lines(output_path, outputs)
+  return {"workdir": workdir, "step": loaded.step, "lines": len(texts), "output": output_path}
+
+
+def score_file(workdir: str, input_path: str, reference_path: str,
+               output_path: Optional[str] = None, *, config: DecodeConfig = DecodeConfig(),
+               step: Optional[int] = None, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
+  """Decodes each line of `input_path` (a named test set's sources) and scores the outputs
+  against `reference_path` (one reference a line) with sacrebleu's corpus BLEU, the figure
+  `sacrebleu REFERENCE -i HYPOTHESES` prints; writes the hypotheses to `output_path` if given.
+  Returns {'workdir', 'step', 'num_examples', 'bleu', 'bleu_signature', 'exact_match', ...}."""
+  storage.check_all_reachable({"--input": input_path, "--reference": reference_path,
+                               "--output": output_path})
+  if output_path is not None:
+    lines.check_writable(output_path, {"--input": input_path, "--reference": reference_path})
+  sources = lines.read_lines(input_path)
+  references = lines.read_lines(reference_path, "--reference")
+  if not sources:
+    raise InferenceError(f"--input={input_path} holds no line: there is nothing to score; "
+                         "pass a test set of at least one line.")
+  if len(sources) != len(references):
+    raise InferenceError(
+        f"--input={input_path} has {len(sources)} lines but --reference={reference_path} has "
+        f"{len(references)}; pass one reference line per input line.")
+  loaded = loading.load(workdir, step)
+  hypotheses = lines.decode_lines(loaded, sources, config, batch_size=batch_size, seed=seed)
+  if output_path is not None:
+    lines.write_lines(output_path, hypotheses)
+  bleu = evaluation.corpus_bleu(hypotheses, references)
+  return {"workdir": workdir, "step": loaded.step, "input": input_path,
+          "reference": reference_path, "hypotheses_file": output_path,
+          "num_examples": len(sources), "bleu": bleu.score, "bleu_signature": bleu.signature,
+          "exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)]))
+          if sources else 0.0}

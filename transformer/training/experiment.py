@@ -20,12 +20,11 @@ from ml_collections import config_dict
 
 from transformer import model_kinds
 from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
-from transformer.data import pipeline, synthetic
+from transformer.data import settings, synthetic
 from transformer.errors import ConfigError, MissingFileError, UserError, one_line
-from transformer.models import model_for
 from transformer.token_ids import NUM_RESERVED
-from transformer.training import optimizers, sharding, steps
-from transformer.training.optimizers import default_optimizer_fields
+from transformer.training import optimizer_settings
+from transformer.training.optimizer_settings import default_optimizer_fields
 
 
 
@@ -37,6 +36,11 @@ def _placeholder_type(field: dataclasses.Field) -> type:
     if hint is t or t in typing.get_args(hint):
       return t
   return str
+
+
+# Fields that only advise the user (said when data is missing): they change nothing a run
+# computes, so a stored point whose config differs in them alone is the same point.
+ADVICE_FIELDS = ("data_help",)
 
 
 def model_fields(recipe: str = "vaswani2017", **overrides: Any) -> ml_collections.ConfigDict:
@@ -79,8 +83,7 @@ def base_config() -> ml_collections.ConfigDict:
       vocab_size=8000,
       path=config_dict.placeholder(str),  # None: WORKDIR/tokenizer.model
       model_type="unigram", character_coverage=0.9995, train_examples=1_000_000))
-  c.data_threads = 2
-  c.data_prefetch = 4
+  c.update(settings.READ_DEFAULTS)  # data_threads, data_prefetch
   c.batch_size = 64  # global, over all devices and hosts
   # The mesh's fsdp axis: 1 = every device a data-parallel replica (params replicated);
   # N = params, gradients and optimizer state split N ways (FSDP); -1 = over every device.
@@ -136,7 +139,7 @@ _AT_LEAST_ZERO = ("diagnostics_every_steps", "bleu_every_steps", "num_decode_exa
 
 def profile_window(config: ml_collections.ConfigDict) -> Optional[tuple[int, int]]:
   """(START, COUNT) of config.profile_steps, None when off; a ConfigError for a malformed one."""
-  text = (config.get("profile_steps") or "").strip()
+  text = config.profile_steps.strip()
   if not text:
     return None
   parts = text.split(",")
@@ -150,10 +153,12 @@ def profile_window(config: ml_collections.ConfigDict) -> Optional[tuple[int, int
   return start, count
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
+def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
   """Checks every setting that needs no data: a mistake ends a run before it writes anything.
+  Returns (the ModelConfig, where its vocabulary size came from): the vocabulary the config's
+  data gives, read off the config (`data.settings.planned_vocab_size`: nothing is prepared).
 
-  What depends on the data (the vocabulary, the corpus) is checked when it is read.
+  What depends on the data (the corpus) is checked when it is read.
   """
   for names, low in ((_AT_LEAST_ONE, 1), (_AT_LEAST_ZERO, 0)):
     for name in names:
@@ -171,11 +176,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"model.vocab_size={vocab_size} leaves no room for tokens beside the "
                       f"{NUM_RESERVED} reserved ids (pad, eos, unk); leave it unset to use the "
                       "dataset's vocabulary.")
-  keep = config.get("keep_checkpoints")
+  keep = config.keep_checkpoints
   if keep is not None and (not isinstance(keep, int) or keep < 1):
     raise ConfigError(f"keep_checkpoints={keep!r} would keep no usable checkpoint; pass an "
                       "integer >= 1 (the newest N are kept), or None to keep every one.")
-  test_fraction = config.get("test_fraction") or 0.0
+  test_fraction = config.test_fraction
   if not 0.0 <= test_fraction < 1.0:
     raise ConfigError(f"test_fraction={test_fraction} must be in [0, 1); e.g. 0.02, or 0 for no "
                       "test split.")
@@ -183,21 +188,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.z_loss < 0:
     raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
-  if config.bleu_every_steps and not model_kinds.get(config.model_type).reads_inputs:
-    raise ConfigError(f"bleu_every_steps={config.bleu_every_steps} needs model_type='seq2seq' "
-                      f"or another kind that reads a source (BLEU scores translations; "
-                      f"{config.model_type!r} continues prompts); set "
-                      "--config.bleu_every_steps=0.")
-  fsdp = config.get("fsdp", 1)
+  if config.bleu_every_steps:
+    model_kinds.get(config.model_type).check_has_source(
+        f"bleu_every_steps={config.bleu_every_steps}")
+  fsdp = config.fsdp
   if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
                       "(1 = all-data).")
-  pipeline.check_paths_reachable(config)
-  pipeline.check_data_config(config)  # before any data is prepared or tokenizer trained
+  settings.check_paths_reachable(config)
+  settings.check_data_config(config)  # before any data is prepared or tokenizer trained
   profile_window(config)
-  optimizers.learning_rate_fn(config)  # the optimizer fields and the schedule
-  # The model's own checks, with a stand-in vocabulary (the data's comes later).
-  model = model_config(config, config.model.vocab_size or NUM_RESERVED + 1)
+  optimizer_settings.check_fields(config)  # the optimizer fields and the schedule
+  vocab_size, vocab_from = settings.planned_vocab_size(config)
+  model = model_config(config, vocab_size)  # the model's own checks
   if model.dtype == "float16":
     raise ConfigError("model.dtype='float16' needs loss scaling, which training does not do; "
                       "use model.dtype='bfloat16' (float32 range, no scaling needed).")
@@ -205,14 +208,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"Rows of max_len={config.max_len} tokens exceed the model's position "
                       f"table (model.max_len={model.max_len}); raise model.max_len or lower "
                       "max_len.")
+  return model, vocab_from
 
 
 def _check_seeds(config: ml_collections.ConfigDict) -> None:
-  seed = config.get("seed")
+  seed = config.seed
   if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
     raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**32) (the data order and "
                       "initialisation take it as an unsigned 32-bit seed).")
-  split_seed = config.get("split_seed")
+  split_seed = config.split_seed
   if split_seed is not None and (isinstance(split_seed, bool) or not 0 <= split_seed < 2**32):
     raise ConfigError(f"split_seed={split_seed!r} must be None (the run's seed) or an integer "
                       "in [0, 2**32).")
@@ -271,38 +275,3 @@ def load_config(path: str) -> ml_collections.ConfigDict:
     raise MissingFileError(f"Config file {path} does not exist; pass a path like configs/default.py.")
   return call_get(load_module(path), "get_config", path, ml_collections.ConfigDict,
                   *([arg] if colon else []))
-
-
-def build_model(config: ml_collections.ConfigDict, model_config: ModelConfig) -> Any:
-  """The experiment's model: the class of its model_type (`model_kinds`): a Transformer
-  ('seq2seq'), a DecoderOnly ('lm'), or a registered kind's."""
-  return model_for(config.model_type, model_config)
-
-
-@dataclasses.dataclass(frozen=True)
-class Assembled:
-  """What a run trains with, before any state exists: built once by `assemble`."""
-  model_config: ModelConfig
-  model: Any  # flax module; its batch_keys name the rows a batch holds
-  mesh: Any  # jax.sharding.Mesh
-  steps: Any  # steps.Steps: jitted init, train, eval and gradient steps on the mesh
-  vocab_from: str  # where the vocabulary size came from (data.planned_vocab_size)
-
-
-def assemble(config: ml_collections.ConfigDict,
-             devices: Optional[typing.Sequence[Any]] = None) -> Assembled:
-  """The model, mesh and steps of an experiment config on `devices` (default: every device of
-  every process; attached or not): the one assembly that training, the benchmark and the
-  compile report use. The vocabulary is the one the config's data gives (read off the config,
-  so nothing is prepared), and the batch is checked against the mesh: every mistake here is
-  one line before any data is read or anything compiled."""
-  vocab_size, vocab_from = pipeline.planned_vocab_size(config)
-  cfg = model_config(config, vocab_size)
-  mesh = sharding.make_mesh(devices, config.fsdp)
-  sharding.check_batch_size(config.batch_size, mesh)
-  if config.batch_size % (config.grad_accum_steps * mesh.devices.size):
-    raise ConfigError(f"batch_size={config.batch_size} must split into grad_accum_steps="
-                      f"{config.grad_accum_steps} micro-batches, each divisible by the "
-                      f"{mesh.devices.size} devices.")
-  model = build_model(config, cfg)
-  return Assembled(cfg, model, mesh, steps.build_steps(config, model, mesh), vocab_from)

@@ -22,12 +22,12 @@ import ml_collections
 from absl import logging
 from tqdm import tqdm
 
-from transformer import checkpoint, diagnostics, model_summary, storage
+from transformer import checkpoint, diagnostics, model_summary, models, storage
 from transformer.config import ModelConfig
 from transformer.data import pipeline
 from transformer.errors import (NonFiniteLossError, TrainingError, UserError, disk_full,
                               one_line)
-from transformer.training import (evaluate, experiment, sharding, steps, stop_signals,
+from transformer.training import (evaluate, experiment, run, sharding, steps, stop_signals,
                                   workdir_checks)
 from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
 
@@ -48,30 +48,32 @@ PROFILE_DIR = "profile"  # WORKDIR/profile/plugins/profile/<date>/*.xplane.pb, *
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       devices: Optional[Sequence[jax.Device]] = None, *,
-                       validated: bool = False) -> dict[str, Any]:
+                       devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final metrics.
 
   `devices` defaults to every device of every process (the mesh's data axis). From the end of
   data preparation, SIGTERM and SIGINT save a checkpoint at the step reached and return, with
-  final['stopped_by'] naming the signal. `validated=True`: the caller has run
-  experiment.validate(config) already (scripts/train.py, before the processes meet).
+  final['stopped_by'] naming the signal.
   """
-  if not validated:
-    experiment.validate(config)  # before anything is written
+  # Every check that needs no data is made before anything is written.
+  model_config, vocab_from = experiment.validate(config)
+  run.check_devices(config, devices)
   created = workdir_checks.check_workdir(workdir)
   # One run at a time in a workdir: process 0 holds the lock for the whole job.
   lock = workdir_checks.workdir_lock(workdir) if jax.process_index() == 0 else \
       contextlib.nullcontext()
   try:
     with lock:
-      # Every check that can be made before data preparation (which may train a tokenizer or
-      # build a TFDS dataset) is made first.
-      assembled = experiment.assemble(config, devices)
-      data_changed = _check_workdir(config, workdir, assembled.model_config)
+      # The workdir is checked before data preparation (which may train a tokenizer or
+      # build a TFDS dataset).
+      data_changed = _check_workdir(config, workdir, model_config)
       datasets = _get_datasets(config, workdir)
+      if model_config != experiment.model_config(config, datasets.vocab_size):
+        raise TrainingError(f"The data gave a vocabulary of {datasets.vocab_size} where "
+                            f"{vocab_from} gives {model_config.vocab_size}; set "
+                            f"--config.model.vocab_size={datasets.vocab_size}.")
       with stop_signals.StopSignals() as signals:
-        return _train(config, workdir, datasets, assembled, data_changed, signals)
+        return _train(config, workdir, datasets, devices, model_config, data_changed, signals)
   except BaseException as e:
     if created:
       workdir_checks.remove_if_empty(workdir)
@@ -81,8 +83,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 
 @dataclasses.dataclass
-class _Run:
-  """What a run trains with, made by `_setup`; `state` changes with every step."""
+class _Training:
+  """What the loop trains with, made by `_setup`; `state` changes with every step."""
   config: ml_collections.ConfigDict
   workdir: str
   datasets: pipeline.Datasets
@@ -119,71 +121,54 @@ def _check_workdir(config: ml_collections.ConfigDict, workdir: str,
 
 
 def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           assembled: experiment.Assembled, data_changed: bool) -> _Run:
-  """Initialises the assembled model's state and restores the newest checkpoint (its data
-  position unless `data_changed`), or checks that starting afresh loses no history."""
-  model_config, model, mesh, built = (assembled.model_config, assembled.model, assembled.mesh,
-                                      assembled.steps)
-  if model_config != experiment.model_config(config, datasets.vocab_size):
-    raise TrainingError(f"The data gave a vocabulary of {datasets.vocab_size} where "
-                        f"{assembled.vocab_from} gives {model_config.vocab_size}; set "
-                        f"--config.model.vocab_size={datasets.vocab_size}.")
+           devices: Optional[Sequence[jax.Device]], model_config: ModelConfig,
+           data_changed: bool) -> _Training:
+  """The Run of `config` with the newest checkpoint restored (its data position unless
+  `data_changed`), or a check that starting afresh loses no history."""
   # Taken after the data is prepared: a first run's tokenizer file exists only now.
   identity = workdir_checks.run_identity(config, workdir, jax.process_count())
   resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
               checkpoint.IDENTITY_KEY: identity}
-
-  init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
-  state = built.init(init_rng)
-
+  train_iter = datasets.train_iter()
+  r = run.setup(config, devices, workdir=workdir, restore=True, model_config=model_config,
+                data_iter=None if data_changed else train_iter)
   resolved["summary"] = model_summary.summarize(
-      state.params, model.forward_flops(config.max_len, config.max_len), config.max_len)
+      r.state.params, models.row_flops(r.model, config.max_len), config.max_len)
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
-  ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints,
-                                 async_save=config.async_checkpoints)
-  train_iter = datasets.train_iter()
-  abstract = jax.tree_util.tree_map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
-  try:
-    restored = ckpt.restore(abstract, data_iter=None if data_changed else train_iter)
-  except checkpoint.IncompatibleCheckpointError as e:
-    raise TrainingError(f"The checkpoints in {workdir} do not fit this model ({e}); use a new "
-                        "--workdir.") from None
-  start_step = 0
-  if restored is not None:
-    state, start_step = restored
-    logging.info("Resumed from step %d of %s.", start_step, workdir)
+  if r.start_step:
+    logging.info("Resumed from step %d of %s.", r.start_step, workdir)
   elif primary:
     workdir_checks.check_history(workdir, config)
   if primary:
     checkpoint.write_config(workdir, resolved)
-  writer = MetricWriter(workdir, enabled=primary, resume_step=start_step,
+  writer = MetricWriter(workdir, enabled=primary, resume_step=r.start_step,
                         rerun_splits=evaluate.EVAL_SPLITS)
-  heldout = [sharding.global_batch(b, mesh) for b in itertools.islice(
+  heldout = [sharding.global_batch(b, r.mesh) for b in itertools.islice(
       datasets.eval_batches(), config.diagnostics_batches)] if config.diagnostics_every_steps else []
   counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
-  return _Run(config, workdir, datasets, mesh, model, built, state, ckpt, writer, train_iter,
-              train_rng, resolved, start_step, primary, heldout, counts)
+  return _Training(config, workdir, datasets, r.mesh, r.model, r.steps, r.state, r.checkpointer,
+                   writer, train_iter, run.rngs(config)[1], resolved, r.start_step, primary,
+                   heldout, counts)
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           assembled: experiment.Assembled, data_changed: bool,
-           signals: stop_signals.StopSignals) -> dict[str, Any]:
-  run = _setup(config, workdir, datasets, assembled, data_changed)
+           devices: Optional[Sequence[jax.Device]], model_config: ModelConfig,
+           data_changed: bool, signals: stop_signals.StopSignals) -> dict[str, Any]:
+  training = _setup(config, workdir, datasets, devices, model_config, data_changed)
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}
-  window = MetricWindow(lambda step: _stop_at_nonfinite(run.ckpt, step))
-  bar = tqdm(total=num_steps, initial=run.start_step, disable=not run.primary, unit="step",
+  window = MetricWindow(lambda step: _stop_at_nonfinite(training.ckpt, step))
+  bar = tqdm(total=num_steps, initial=training.start_step, disable=not training.primary, unit="step",
              dynamic_ncols=True, desc="train")
   profile = _Profile(experiment.profile_window(config), storage.join(workdir, PROFILE_DIR),
-                     run.primary)
-  step, failed = run.start_step, True
+                     training.primary)
+  step, failed = training.start_step, True
   with _logs_above_the_bar():
     try:
       if step:  # the checkpoint's step may have stopped before or inside its evaluations
-        _evaluate(run, step, final, window)
+        _evaluate(training, step, final, window)
         if step == num_steps:  # nothing left to train: the last window's training metrics
           last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
           final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
@@ -192,17 +177,17 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         if signals.should_stop(step):  # every process asks at every step: they stop together
           break
         profile.step_begins(step)
-        window.add(_train_step(run, step))
-        if step == run.start_step:
+        window.add(_train_step(training, step))
+        if step == training.start_step:
           bar.unpause()  # the first step compiles: the rate and ETA count from after it
         step += 1
         bar.update(1)
-        profile.step_ended(step, run.state)
-        _log_and_save(run, step, window, bar, final)
-        _evaluate(run, step, final, window)
+        profile.step_ended(step, training.state)
+        _log_and_save(training, step, window, bar, final)
+        _evaluate(training, step, final, window)
       if step < num_steps:  # stopped by a signal: save where we are, return cleanly
         window.check(step)  # a non-finite loss in it sets the checkpoints aside instead
-        run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
+        training.ckpt.save(step, training.state, data_iter=training.train_iter, config=training.resolved)
         logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
                         "continue.", signals.stopped_by, step, workdir)
         final["preempted_at"] = step
@@ -211,7 +196,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     finally:
       bar.close()
       profile.close()
-      _close(run.ckpt, run.writer, failed)
+      _close(training.ckpt, training.writer, failed)
     final["step"] = step
     return final
 
@@ -258,53 +243,53 @@ def _logs_above_the_bar() -> Iterator[None]:
     handler.setStream(stream)
 
 
-def _train_step(run: _Run, step: int) -> dict[str, jax.Array]:
+def _train_step(training: _Training, step: int) -> dict[str, jax.Array]:
   """One step from `step` (and the diagnostics due at it); returns its device metrics."""
-  host_batch = next(run.train_iter)
-  batch = sharding.global_batch(host_batch, run.mesh)
-  every = run.config.diagnostics_every_steps
+  host_batch = next(training.train_iter)
+  batch = sharding.global_batch(host_batch, training.mesh)
+  every = training.config.diagnostics_every_steps
   diagnose = every and (step + 1) % every == 0
   if every:
-    run.counts.add(host_batch)
+    training.counts.add(host_batch)
     if step == 0:  # the scales at initialisation, logged as step 0
-      run.writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
-          run.model, run.state.params, run.heldout, run.counts.frequency()))
-  old_params = jax.tree_util.tree_map(jnp.copy, run.state.params) if diagnose else None  # donated
-  run.state, metrics = run.built.train(run.state, batch, run.train_rng)
+      training.writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
+          training.model, training.state.params, training.heldout, training.counts.frequency()))
+  old_params = jax.tree_util.tree_map(jnp.copy, training.state.params) if diagnose else None  # donated
+  training.state, metrics = training.built.train(training.state, batch, training.train_rng)
   if diagnose:  # gradients at old_params with the step's dropout key
-    grads = run.built.grads(old_params, batch, jax.random.fold_in(run.train_rng, step))
-    run.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
-        run.model, old_params, run.state.params, grads, run.heldout, run.counts.frequency()))
+    grads = training.built.grads(old_params, batch, jax.random.fold_in(training.train_rng, step))
+    training.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
+        training.model, old_params, training.state.params, grads, training.heldout, training.counts.frequency()))
   return metrics
 
 
-def _log_and_save(run: _Run, step: int, window: MetricWindow, bar: tqdm,
+def _log_and_save(training: _Training, step: int, window: MetricWindow, bar: tqdm,
                   final: dict[str, Any]) -> None:
   """The log line and the checkpoint due at `step` (a checkpoint also checks the window's
   losses: none is saved past a non-finite one)."""
-  config, is_last = run.config, step == run.config.num_train_steps
+  config, is_last = training.config, step == training.config.num_train_steps
   log = step % config.log_every_steps == 0 or is_last
   save = step % config.checkpoint_every_steps == 0 or is_last
   if log:
     first = window.first_step(step)
     summary = window.summary(step)
-    run.writer.write(step, "train", summary, first_step=first)
+    training.writer.write(step, "train", summary, first_step=first)
     bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                     tok_s=f"{summary['tokens_per_sec']:.0f}")
     final["train"] = summary
   elif save:
     window.check(step)  # no checkpoint past a non-finite loss; the window goes on
   if save:
-    run.ckpt.save(step, run.state, data_iter=run.train_iter, config=run.resolved)
-    run.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
+    training.ckpt.save(step, training.state, data_iter=training.train_iter, config=training.resolved)
+    training.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
 
 
-def _evaluate(run: _Run, step: int, final: dict[str, Any], window: MetricWindow) -> None:
+def _evaluate(training: _Training, step: int, final: dict[str, Any], window: MetricWindow) -> None:
   """The evaluations due at `step`, after its checkpoint (a crash during a long decode loses
   no training: the resumed run repeats them); their time is not training throughput."""
   with window.paused():
-    evaluate.evaluations_due(step, run.config, run.model, run.state.params, run.built.eval,
-                             run.datasets, run.mesh, run.writer, final)
+    evaluate.evaluations_due(step, training.config, training.model, training.state.params, training.built.eval,
+                             training.datasets, training.mesh, training.writer, final)
 
 
 def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, bad: int) -> None:

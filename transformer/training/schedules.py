@@ -10,19 +10,8 @@ so no update is wasted with a zero rate.
 import jax.numpy as jnp
 import optax
 
-from transformer.errors import ConfigError
-
-SCHEDULES = ("rsqrt", "cosine", "constant", "linear")
-
-
-def paper_peak_learning_rate(d_model: int, warmup_steps: int) -> float:
-  """The peak of Vaswani et al. (2017) eq. 3: d_model^-0.5 * warmup^-0.5.
-
-  Base model (512, 4000): 6.99e-4. Pass it as `learning_rate` to 'rsqrt' to reproduce
-  the paper's schedule exactly.
-  """
-  return d_model**-0.5 * warmup_steps**-0.5
-
+from transformer.training.optimizer_settings import (SCHEDULES, check_schedule,  # noqa: F401
+                                                   paper_peak_learning_rate)
 
 def make_schedule(
     name: str, *, learning_rate: float, warmup_steps: int, total_steps: int
@@ -39,16 +28,7 @@ def make_schedule(
 
   Linear warmup is lr * min(1, s / warmup); warmup_steps = 0 means none (not for 'rsqrt').
   """
-  if name not in SCHEDULES:
-    raise ConfigError(f"Unknown schedule {name!r}; use one of {', '.join(SCHEDULES)}.")
-  if warmup_steps < 0:
-    raise ConfigError(f"warmup_steps must be >= 0, got {warmup_steps}.")
-  if name == "rsqrt" and warmup_steps == 0:
-    raise ConfigError("The 'rsqrt' schedule needs warmup_steps >= 1 (its peak is at warmup).")
-  if name in ("cosine", "linear") and total_steps < warmup_steps:
-    raise ConfigError(
-        f"The {name!r} schedule needs total_steps >= warmup_steps, got {total_steps} < "
-        f"{warmup_steps}.")
+  check_schedule(name, warmup_steps, total_steps)
   warmup = max(warmup_steps, 1)  # A warmup of 0 or 1 both give the peak at s = 1.
   if name == "rsqrt":  # optax has no inverse-square-root schedule of this form
     def rsqrt(step):

@@ -118,11 +118,17 @@ def make_mesh(devices: Optional[Sequence[Any]] = None, fsdp: int = 1) -> Mesh:
   """
   devices = jax.devices() if devices is None else list(devices)
   n = len(devices)
-  fsdp = n if fsdp == -1 else fsdp
-  if not isinstance(fsdp, int) or fsdp < 1 or n % fsdp:
-    raise ConfigError(f"fsdp={fsdp} must be -1 (every device) or an integer >= 1 that divides "
-                      f"the {n} devices; set --config.fsdp accordingly.")
+  fsdp = fsdp_axis(fsdp, n)
   return Mesh(np.asarray(devices, dtype=object).reshape(n // fsdp, fsdp), (DATA_AXIS, FSDP_AXIS))
+
+
+def fsdp_axis(fsdp: int, num_devices: int) -> int:
+  """The fsdp axis size that config.fsdp asks for on `num_devices`; one line if it cannot."""
+  size = num_devices if fsdp == -1 else fsdp
+  if not isinstance(size, int) or size < 1 or num_devices % size:
+    raise ConfigError(f"fsdp={fsdp} must be -1 (every device) or an integer >= 1 that divides "
+                      f"the {num_devices} devices; set --config.fsdp accordingly.")
+  return size
 
 
 def batch_axes(mesh: Mesh) -> tuple[str, ...]:
@@ -174,9 +180,9 @@ def replicated_bytes(tree: Any, mesh: Mesh) -> int:
              if fsdp > 1 and x.shape and param_spec(x.shape, fsdp) == P())
 
 
-def check_batch_size(batch_size: int, mesh: Mesh) -> None:
-  """The global batch must split evenly over the devices."""
-  n = mesh.devices.size
+def check_batch_size(batch_size: int, devices: int) -> None:
+  """The global batch must split evenly over the devices (a count, or a mesh's)."""
+  n = devices.devices.size if isinstance(devices, Mesh) else devices
   if batch_size % n:
     raise ConfigError(f"batch_size={batch_size} is not divisible by the {n} devices; set "
                      f"--config.batch_size to a multiple of {n}.")

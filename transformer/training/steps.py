@@ -25,7 +25,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from transformer import models
 from transformer.errors import ConfigError
-from transformer.models import apply_model
 from transformer.training import losses, optimizers, sharding
 from transformer.training.state import TrainState
 
@@ -52,9 +51,9 @@ def loss_sums(model: nn.Module, params: Any, batch: Batch, *, deterministic: boo
   score = lambda logits, t: losses.cross_entropy(  # noqa: E731
       logits, t, label_smoothing=label_smoothing, z_loss=z_loss)._replace(log_z=None)
   if not chunk_size or chunk_size >= targets.shape[1]:
-    return score(apply_model(model, params, batch, deterministic=deterministic, rng=rng), targets)
-  hidden = apply_model(model, params, batch, deterministic=deterministic, rng=rng,
-                       return_hidden=True)
+    return score(model.logits(params, batch, deterministic=deterministic, rng=rng), targets)
+  hidden = model.logits(params, batch, deterministic=deterministic, rng=rng,
+                        return_hidden=True)
   B, L, d = hidden.shape
   n = -(-L // chunk_size)
   pad = n * chunk_size - L  # padded positions have target 0: zero weight

@@ -9,7 +9,7 @@ import math
 import os
 from typing import Any, Optional
 
-from transformer import model_kinds, storage
+from transformer import storage
 from transformer.errors import ConfigError
 from transformer.research.sweeps import tuning
 from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, expand,
@@ -234,7 +234,7 @@ def tokens_per_unit(sweep: Sweep) -> Optional[int]:
   if sweep.trend != "num_train_steps":
     return None
   config = point_config(sweep, expand(sweep)[0])
-  if model_kinds.get(config.model_type).reads_inputs or config.packing != "concat":
+  if config.packing != "concat":  # (only a language model's rows can be cut from a stream)
     return None
   return int(config.batch_size * config.max_len)
 

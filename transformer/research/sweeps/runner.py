@@ -31,7 +31,6 @@ from absl import logging
 
 from transformer import checkpoint, storage
 from transformer.errors import ConfigError, NonFiniteLossError
-from transformer.inference import loading
 from transformer.research import benchmarking
 from transformer.research.sweeps import tuning
 from transformer.research.sweeps.report import aggregate
@@ -39,7 +38,7 @@ from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sw
                                               check_sweep, expand, is_finished, load_sweep,
                                               point_config, point_dir)
 from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
-from transformer.training import evaluate, loop, sharding, steps, workdir_checks
+from transformer.training import evaluate, experiment, loading, loop, steps, workdir_checks
 from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
@@ -131,19 +130,17 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
   model.max_len in the sweep); positions never seen in training are part of every longer row.
   """
   loaded = loading.load(run_dir)
-  mesh = sharding.make_mesh()
-  params = jax.device_put(loaded.params, sharding.replicated(mesh))
-  eval_step = steps.build_steps(loaded.experiment, loaded.model, mesh).eval
+  r = loaded.as_run()
   out = {}
   for factor in factors:
     exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
     exp.max_len = int(loaded.experiment.max_len * factor)
     if exp.max_len > loaded.model.config.max_len:
       raise ConfigError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
-    exp.batch_size = max(mesh.devices.size, loaded.experiment.batch_size // factor)
+    exp.batch_size = max(r.mesh.devices.size, loaded.experiment.batch_size // factor)
     datasets = evaluate.run_datasets(loaded, exp)
-    out[f"length_{factor:g}x/loss"] = steps.evaluate(eval_step, params, datasets.eval_batches(),
-                                                     mesh)["loss"]
+    out[f"length_{factor:g}x/loss"] = steps.evaluate(r.steps.eval, r.state.params,
+                                                     datasets.eval_batches(), r.mesh)["loss"]
   return out
 
 
@@ -268,8 +265,8 @@ def tokenizer_path(sweep: Sweep, workdir: str, config: ml_collections.ConfigDict
 
 def changed_points(sweep: Sweep, results: Sequence[dict[str, Any]]) -> list[str]:
   """The finished points of the grid whose stored config differs from the one the sweep file
-  gives them now, each in words with its first changed fields. Results from before configs
-  were stored are taken as they are."""
+  gives them now (advice such as data_help aside), each in words with its first changed
+  fields. Results from before configs were stored are taken as they are."""
   grid = {p.name: p for p in tuning.points(sweep, results)}
   changed = []
   for result in results:
@@ -278,7 +275,8 @@ def changed_points(sweep: Sweep, results: Sequence[dict[str, Any]]) -> list[str]
     before = workdir_checks.flat_fields(result["config"])
     now = workdir_checks.flat_fields(
         checkpoint.to_json(point_config(sweep, grid[result["name"]])))
-    fields = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    fields = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k)
+                    and k not in experiment.ADVICE_FIELDS)
     if fields:
       words = [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in fields[:3]]
       changed.append(f"{result['name']} ({', '.join(words)})")

@@ -12,19 +12,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-import flax.linen as nn
 import ml_collections
 from absl import logging
 
 from transformer import checkpoint
 from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
-from transformer.errors import ConfigError, MissingFileError, RunError, one_line
-from transformer.models import model_for
-
-
-class InferenceError(ConfigError):
-  """A mistake the user can fix (workdir, checkpoint, tokenizer); one sentence with the fix."""
+from transformer.errors import InferenceError, MissingFileError, RunError, one_line
+from transformer.training import run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +27,7 @@ class Loaded:
   """One checkpoint of a workdir, ready to decode."""
   workdir: str
   step: int
-  model: nn.Module
+  model: Any  # models.ModelKind
   params: Any
   model_config: ModelConfig
   experiment: ml_collections.ConfigDict  # as recorded with the checkpoint
@@ -40,11 +35,11 @@ class Loaded:
   # What the run read beyond its config (training.workdir_checks.run_identity).
   identity: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-  @property
-  def reads_source(self) -> bool:
-    """Whether the model maps a source to an output (its batches hold 'inputs'), as a
-    translation does, rather than continuing a prompt."""
-    return "inputs" in self.model.batch_keys
+  def as_run(self, experiment: Optional[ml_collections.ConfigDict] = None) -> run.Run:
+    """The `run.Run` of these params on every device (`experiment`: the recorded one, or a
+    copy with eval-time changes such as the batch size): mesh, steps and the params placed."""
+    return run.setup(experiment or self.experiment, model_config=self.model_config,
+                     params=self.params)
 
 
 def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:
@@ -69,7 +64,7 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
   if tokenizer is None:
     _check_own_tokenizer(workdir, record)
   _check_vocab(tok, model_config, experiment, tokenizer or workdir)
-  model = model_for(experiment.get("model_type", "seq2seq"), model_config)
+  model = run.build_model(experiment.get("model_type", "seq2seq"), model_config)
   return Loaded(workdir, step, model, params, model_config, experiment, tok,
                 dict(record.get(checkpoint.IDENTITY_KEY) or {}))
 

@@ -1,0 +1,62 @@
+"""What an experiment config's data settings decide on their own, read before anything is
+prepared and without jax (the config is checked before jax starts): the paths that must be
+reachable, the rows a dataset gives against the rows the model kind reads, the vocabulary the
+model will have, and a SentencePiece vocabulary below its floor."""
+
+from __future__ import annotations
+
+import ml_collections
+
+from transformer import model_kinds, storage
+from transformer.data import synthetic, text
+from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
+                                        check_sentencepiece_size)
+
+# The experiment fields that name files or directories the data is read from or built in.
+PATH_FIELDS = ("tfds_data_dir", "data_files", "eval_files")
+# How the input pipeline reads (grain): the one place of these defaults, which the experiment
+# config holds and a data-only config may leave out.
+READ_DEFAULTS = {"data_threads": 2, "data_prefetch": 4}
+
+
+def read_setting(config: ml_collections.ConfigDict, name: str) -> int:
+  """config's `name` of READ_DEFAULTS, or its default where a data-only config has none."""
+  return config.get(name, READ_DEFAULTS[name])
+
+
+def check_paths_reachable(config: ml_collections.ConfigDict, prefix: str = "--config.") -> None:
+  """A gs:// path among the config's data paths, without gcsfs: one line naming the field
+  (`storage.check_reachable`), before any data is read."""
+  storage.check_all_reachable({f"{prefix}{k}": config.get(k) for k in PATH_FIELDS})
+
+
+def check_data_config(config: ml_collections.ConfigDict) -> None:
+  """What the data settings alone can refuse, before anything is prepared or trained: a
+  model kind that needs a source on a corpus without one, and a SentencePiece vocabulary
+  below its floor (where one would be trained)."""
+  pairs = True if config.dataset == "synthetic" else text.holds_pairs(config.dataset)
+  if pairs is not None and config.get("model_type"):
+    model_kinds.get(config.model_type).check_rows(
+        model_kinds.ROWS if pairs else model_kinds.ROWS[1:], config.dataset)
+  tok = config.get("tokenizer") or {}
+  if config.dataset != "synthetic" and tok.get("kind") == "sentencepiece" and \
+      tok.get("vocab_size") is not None and not (
+          tok.get("path") and storage.as_path(tok.path).exists()):
+    check_sentencepiece_size(int(tok.vocab_size))
+
+
+def planned_vocab_size(config: ml_collections.ConfigDict) -> tuple[int, str]:
+  """(the vocabulary training would give the model, where it comes from), read off the config
+  alone, without preparing data: model.vocab_size when set; else the synthetic task's, the
+  byte tokenizer's or the SentencePiece model's tokenizer.vocab_size."""
+  if config.model.get("vocab_size"):
+    return int(config.model.vocab_size), "model.vocab_size"
+  if config.dataset == "synthetic":
+    s = config.synthetic
+    return synthetic.vocab_size_for(s.task, s.vocab_size), f"the synthetic {s.task!r} task"
+  if config.tokenizer.kind == "bytes":
+    return ByteTokenizer().vocab_size, "the byte tokenizer"
+  path = config.tokenizer.get("path")
+  if path and storage.as_path(path).exists():  # an existing model is used as it is
+    return SentencePieceTokenizer(storage.as_path(path).read_bytes()).vocab_size, path
+  return int(config.tokenizer.vocab_size), "tokenizer.vocab_size"
