@@ -340,7 +340,9 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
     ({"tokenizer.vocab_size": 60}, r"tokenizer.vocab_size=60 is too small for SentencePiece"),
     ({"model_type": "seq2seq", "model.num_encoder_layers": 1},
      r"Dataset 'text_files' is a language-modelling corpus \(no inputs\), but "
-     r"model_type='seq2seq' reads a source")])
+     r"model_type='seq2seq' reads a source"),
+    ({"model.attention_impl": "cudnn"}, "attention_impl='cudnn' needs NVIDIA GPUs, and JAX runs "
+     "on cpu")])
 def test_batch_and_metric_mistakes_end_before_any_data_and_leave_the_workdir_as_it_was(
     tiny_config, corpus, tmp_path, fields, message):
   """No tokenizer trained, no dataset prepared, nothing written, no lock left: the refusal

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer import model_kinds, model_summary, models
+from transformer import checkpoint, model_kinds, model_summary, models
 from transformer.attention import segment_mask
 from transformer.config import ModelConfig
 from transformer.errors import ConfigError
@@ -173,6 +173,9 @@ def test_packed_rows_give_each_pair_its_own_logits():
             "targets": jnp.asarray([[6, 7, EOS_ID, 10, 11, 12, EOS_ID, 0]]),
             "targets_segmentation": jnp.asarray([[1, 1, 1, 2, 2, 2, 2, 0]]),
             "targets_position": jnp.asarray([[0, 1, 2, 0, 1, 2, 3, 0]])}
+  tokens = _join(packed)[0]  # every real token has a place of its own: none overwritten
+  assert int((tokens != PAD_ID).sum()) == int((packed["inputs"] != PAD_ID).sum() +
+                                              (packed["targets"] != PAD_ID).sum())
   logits = model.logits(params, packed)
   alone = lambda i, t: model.logits(params, {"inputs": i, "targets": t})  # noqa: E731
   np.testing.assert_allclose(logits[:, :3], alone(a_in, a_tg), atol=1e-5)
@@ -226,6 +229,13 @@ def test_a_third_kind_trains_on_packed_rows_checkpoints_restores_and_decodes(tin
 
   loaded = loading.load(workdir)
   assert isinstance(loaded.model, PrefixLM) and loaded.step == 10
+  # It trained on rows of several pairs, and the run's summary counts each row's source.
+  train_batch = next(iter(evaluate.run_datasets(loaded).train_iter()))
+  assert train_batch["targets_segmentation"].max() > 1
+  length = tiny_config.max_len
+  forward = model_summary.forward_flops(loaded.model_config, 0, 2 * length, with_encoder=False)
+  summary = checkpoint.read_config(workdir)["summary"]["flops_per_token"]
+  assert summary["forward"] == pytest.approx(forward / length)
   # The restored params score the eval split as the run did at its end.
   r = loaded.as_run()
   batches = evaluate.run_datasets(loaded).eval_batches()

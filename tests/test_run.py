@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from transformer.errors import ConfigError
-from transformer.training import run
+from transformer.training import experiment, run
 
 
 def test_a_fresh_state_comes_from_the_seed_and_an_abstract_one_holds_no_arrays(tiny_config,
@@ -45,5 +45,6 @@ def test_mistakes_are_one_line_before_anything_is_built(tiny_config, devices, fi
   with pytest.raises(ConfigError, match=match):
     run.setup(tiny_config, devices)
   if "model_type" not in fields:  # the loop's check before its workdir exists
+    model_config = experiment.validate(tiny_config)[0]
     with pytest.raises(ConfigError, match=match):
-      run.check_devices(tiny_config, devices)
+      run.check_devices(tiny_config, model_config, devices)

@@ -4,7 +4,7 @@
 mutable=['intermediates'], collects what the modules sow (the input embedding terms, q and k
 and the mask of every attention, the residual stream after every block) and reduces them to
 scalars in one jitted function: cheap enough to run inside training every N steps.
-`update_diagnostics(old_params, new_params, grads)` gives gradient norms and relative updates
+`update_diagnostics(model, old_params, new_params, grads)` gives gradient norms and relative updates
 per parameter group. Both return flat dicts {name: float32 scalar}, ready for
 `MetricWriter.write(step, 'diagnostics', ...)`.
 

@@ -362,19 +362,21 @@ class DecoderOnly(nn.Module):
     the prompt is the output's prefix; the state holds the cache."""
     check_cache_length(self.config, num_steps)
     zeros = jnp.zeros((inputs.shape[0] * copies, num_steps), jnp.int32)
-    _, variables = self.apply({"params": params}, zeros, decode=True, mutable=["cache"])
+    # By name, so that a subclass with another __call__ still decodes through this one.
+    _, variables = self.apply({"params": params}, zeros, decode=True, mutable=["cache"],
+                              method=DecoderOnly.__call__)
     return {"cache": variables["cache"]}, inputs, num_tokens(inputs)
 
   def decode_step(self, params: Any, state: Any, token: jax.Array) -> tuple[jax.Array, Any]:
     """The previous token int[N] -> (logits float[N, V] of the next position, the state)."""
     logits, mutated = self.apply({"params": params, "cache": state["cache"]}, token[:, None],
-                                 decode=True, mutable=["cache"])
+                                 decode=True, mutable=["cache"], method=DecoderOnly.__call__)
     return logits[:, 0], {"cache": mutated["cache"]}
 
   def prefix_logits(self, params: Any, state: Any, tokens: jax.Array) -> jax.Array:
     """`Transformer.prefix_logits` for this model (the prompt is the tokens' start)."""
     del state
-    return self.apply({"params": params}, tokens)
+    return self.apply({"params": params}, tokens, method=DecoderOnly.__call__)
 
 
 def _rngs(rng: Optional[jax.Array]) -> Optional[dict[str, jax.Array]]:
@@ -465,7 +467,11 @@ class ModelKind(Protocol):
   def input_eos(self, prompt_eos: bool) -> bool: ...
   def decoding_lengths(self, inputs: jax.Array, extra_len: int) -> tuple[int, Any, Any]: ...
   def start_decoding(self, params: Any, inputs: jax.Array, copies: int,
-                     num_steps: int) -> tuple[Any, jax.Array, jax.Array]: ...
+                     num_steps: int) -> tuple[Any, jax.Array, jax.Array]:
+    """(state, prefix, prefix_len). The state is a dict: its 'cache' entry is the attention
+    cache, whose self-attention 'cached_key' / 'cached_value' [..., N * H, L, D] beam search
+    moves with their beams; its other entries (a source, its encoding) are the same for
+    every beam of a row, and decoding without a cache (`prefix_logits`) reads only them."""
   def decode_step(self, params: Any, state: Any, token: jax.Array) -> tuple[jax.Array, Any]: ...
   def prefix_logits(self, params: Any, state: Any, tokens: jax.Array) -> jax.Array: ...
 

@@ -14,9 +14,10 @@ positions. The loop ends as soon as every row has stopped.
                beam_size candidates finishes a hypothesis, and a row stops once beam_size
                hypotheses have finished (fairseq's rule), so beam 1 is exactly greedy.
 
-`Transformer` decodes a target for each source row (`inputs` int[B, Ls]); `DecoderOnly`
-continues each prompt (`inputs` int[B, P], 0-padded on the right): the prompt is fed through
-the cache token by token (forced), then the model generates. Outputs are int32[B, L]: the
+Any model kind decodes (`models.ModelKind`: its `start_decoding` and `decode_step` over an
+opaque state). A `Transformer` decodes a target for each source row (`inputs` int[B, Ls]); a
+`DecoderOnly` continues each prompt (`inputs` int[B, P], 0-padded on the right): the prompt
+is fed through the cache token by token (forced), then the model generates. Outputs are int32[B, L]: the
 generated tokens, EOS included when one was produced, 0 after it.
 """
 
@@ -30,9 +31,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer.errors import ConfigError
 from transformer.inference.decode_config import MAX_BEAM_SIZE, METHODS, DecodeConfig  # noqa: F401
-from transformer.token_ids import EOS_ID, PAD_ID
+from transformer.token_ids import PAD_ID
 
 _NEG_INF = -1.0e9  # finite, so that -inf - -inf never makes a NaN in the score arithmetic
 

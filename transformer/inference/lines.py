@@ -1,7 +1,8 @@
 """Lines of text in, lines of text out: one output line per input line, in order.
 
 An empty line gives an empty line; too long inputs are truncated with one warning counting
-them. scripts/decode.py reads and writes files or stdin/stdout through `decode_file`.
+them. scripts/decode.py reads and writes files or stdin/stdout through
+`transformer.training.evaluate.decode_file`, which loads the checkpoint and calls these.
 """
 
 from __future__ import annotations

@@ -265,8 +265,9 @@ def _uncached_greedy(model: nn.Module, params: Any, inputs: jax.Array, num_token
   The output is padded up to a multiple of `bucket`, one compilation per width; `compile`
   compiles every width, `run` returns the int[B, num_tokens] new tokens.
   """
-  def begin(params, inputs):  # the decoding start (its cache unused here: XLA drops it)
-    return model.start_decoding(params, inputs, 1, 1)
+  def begin(params, inputs):  # the decoding start less its cache (XLA then never makes it)
+    state, prefix, prefix_len = model.start_decoding(params, inputs, 1, 1)
+    return {k: v for k, v in state.items() if k != "cache"}, prefix, prefix_len
 
   start, full = jax.jit(begin), jax.jit(model.prefix_logits)
   # Outputs go after the prefix: a prompt's tokens, or none (a source's output starts empty).

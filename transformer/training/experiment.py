@@ -116,6 +116,16 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def with_defaults(recorded: dict[str, Any]) -> ml_collections.ConfigDict:
+  """A recorded experiment (a checkpoint's, a sweep point's), with the fields it predates
+  set to `base_config`'s defaults: a run recorded before a field existed reads as it ran."""
+  config = ml_collections.ConfigDict(recorded)
+  for name, value in base_config().items():
+    if name not in config:
+      config[name] = value
+  return config
+
+
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
   """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
   model_kinds.get(config.model_type)  # one line for an unknown kind

@@ -20,6 +20,7 @@ from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import InferenceError, MissingFileError, RunError, one_line
 from transformer.training import run
+from transformer.training.experiment import with_defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +59,7 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
     raise InferenceError(f"Checkpoint {step} of {workdir} has no experiment config in its "
                          "record, so it was not written by scripts/train.py; pass the workdir "
                          "of a training run.")
-  experiment = ml_collections.ConfigDict(record["experiment"])
+  experiment = with_defaults(record["experiment"])
   _say_if_config_file_differs(workdir, step, record)
   tok = _tokenizer(workdir, experiment, tokenizer)
   if tokenizer is None:

@@ -57,7 +57,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """
   # Every check that needs no data is made before anything is written.
   model_config, vocab_from = experiment.validate(config)
-  run.check_devices(config, devices)
+  run.check_devices(config, model_config, devices)
   created = workdir_checks.check_workdir(workdir)
   # One run at a time in a workdir: process 0 holds the lock for the whole job.
   lock = workdir_checks.workdir_lock(workdir) if jax.process_index() == 0 else \
@@ -137,7 +137,7 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
-  if r.start_step:
+  if r.restored:
     logging.info("Resumed from step %d of %s.", r.start_step, workdir)
   elif primary:
     workdir_checks.check_history(workdir, config)
@@ -156,19 +156,19 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
 def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
            devices: Optional[Sequence[jax.Device]], model_config: ModelConfig,
            data_changed: bool, signals: stop_signals.StopSignals) -> dict[str, Any]:
-  training = _setup(config, workdir, datasets, devices, model_config, data_changed)
+  job = _setup(config, workdir, datasets, devices, model_config, data_changed)
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}
-  window = MetricWindow(lambda step: _stop_at_nonfinite(training.ckpt, step))
-  bar = tqdm(total=num_steps, initial=training.start_step, disable=not training.primary, unit="step",
+  window = MetricWindow(lambda step: _stop_at_nonfinite(job.ckpt, step))
+  bar = tqdm(total=num_steps, initial=job.start_step, disable=not job.primary, unit="step",
              dynamic_ncols=True, desc="train")
   profile = _Profile(experiment.profile_window(config), storage.join(workdir, PROFILE_DIR),
-                     training.primary)
-  step, failed = training.start_step, True
+                     job.primary)
+  step, failed = job.start_step, True
   with _logs_above_the_bar():
     try:
       if step:  # the checkpoint's step may have stopped before or inside its evaluations
-        _evaluate(training, step, final, window)
+        _evaluate(job, step, final, window)
         if step == num_steps:  # nothing left to train: the last window's training metrics
           last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
           final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
@@ -177,17 +177,17 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         if signals.should_stop(step):  # every process asks at every step: they stop together
           break
         profile.step_begins(step)
-        window.add(_train_step(training, step))
-        if step == training.start_step:
+        window.add(_train_step(job, step))
+        if step == job.start_step:
           bar.unpause()  # the first step compiles: the rate and ETA count from after it
         step += 1
         bar.update(1)
-        profile.step_ended(step, training.state)
-        _log_and_save(training, step, window, bar, final)
-        _evaluate(training, step, final, window)
+        profile.step_ended(step, job.state)
+        _log_and_save(job, step, window, bar, final)
+        _evaluate(job, step, final, window)
       if step < num_steps:  # stopped by a signal: save where we are, return cleanly
         window.check(step)  # a non-finite loss in it sets the checkpoints aside instead
-        training.ckpt.save(step, training.state, data_iter=training.train_iter, config=training.resolved)
+        job.ckpt.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
         logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
                         "continue.", signals.stopped_by, step, workdir)
         final["preempted_at"] = step
@@ -196,7 +196,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     finally:
       bar.close()
       profile.close()
-      _close(training.ckpt, training.writer, failed)
+      _close(job.ckpt, job.writer, failed)
     final["step"] = step
     return final
 
@@ -243,53 +243,53 @@ def _logs_above_the_bar() -> Iterator[None]:
     handler.setStream(stream)
 
 
-def _train_step(training: _Training, step: int) -> dict[str, jax.Array]:
+def _train_step(job: _Training, step: int) -> dict[str, jax.Array]:
   """One step from `step` (and the diagnostics due at it); returns its device metrics."""
-  host_batch = next(training.train_iter)
-  batch = sharding.global_batch(host_batch, training.mesh)
-  every = training.config.diagnostics_every_steps
+  host_batch = next(job.train_iter)
+  batch = sharding.global_batch(host_batch, job.mesh)
+  every = job.config.diagnostics_every_steps
   diagnose = every and (step + 1) % every == 0
   if every:
-    training.counts.add(host_batch)
+    job.counts.add(host_batch)
     if step == 0:  # the scales at initialisation, logged as step 0
-      training.writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
-          training.model, training.state.params, training.heldout, training.counts.frequency()))
-  old_params = jax.tree_util.tree_map(jnp.copy, training.state.params) if diagnose else None  # donated
-  training.state, metrics = training.built.train(training.state, batch, training.train_rng)
+      job.writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
+          job.model, job.state.params, job.heldout, job.counts.frequency()))
+  old_params = jax.tree_util.tree_map(jnp.copy, job.state.params) if diagnose else None  # donated
+  job.state, metrics = job.built.train(job.state, batch, job.train_rng)
   if diagnose:  # gradients at old_params with the step's dropout key
-    grads = training.built.grads(old_params, batch, jax.random.fold_in(training.train_rng, step))
-    training.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
-        training.model, old_params, training.state.params, grads, training.heldout, training.counts.frequency()))
+    grads = job.built.grads(old_params, batch, jax.random.fold_in(job.train_rng, step))
+    job.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
+        job.model, old_params, job.state.params, grads, job.heldout, job.counts.frequency()))
   return metrics
 
 
-def _log_and_save(training: _Training, step: int, window: MetricWindow, bar: tqdm,
+def _log_and_save(job: _Training, step: int, window: MetricWindow, bar: tqdm,
                   final: dict[str, Any]) -> None:
   """The log line and the checkpoint due at `step` (a checkpoint also checks the window's
   losses: none is saved past a non-finite one)."""
-  config, is_last = training.config, step == training.config.num_train_steps
+  config, is_last = job.config, step == job.config.num_train_steps
   log = step % config.log_every_steps == 0 or is_last
   save = step % config.checkpoint_every_steps == 0 or is_last
   if log:
     first = window.first_step(step)
     summary = window.summary(step)
-    training.writer.write(step, "train", summary, first_step=first)
+    job.writer.write(step, "train", summary, first_step=first)
     bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                     tok_s=f"{summary['tokens_per_sec']:.0f}")
     final["train"] = summary
   elif save:
     window.check(step)  # no checkpoint past a non-finite loss; the window goes on
   if save:
-    training.ckpt.save(step, training.state, data_iter=training.train_iter, config=training.resolved)
-    training.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
+    job.ckpt.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
+    job.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
 
 
-def _evaluate(training: _Training, step: int, final: dict[str, Any], window: MetricWindow) -> None:
+def _evaluate(job: _Training, step: int, final: dict[str, Any], window: MetricWindow) -> None:
   """The evaluations due at `step`, after its checkpoint (a crash during a long decode loses
   no training: the resumed run repeats them); their time is not training throughput."""
   with window.paused():
-    evaluate.evaluations_due(step, training.config, training.model, training.state.params, training.built.eval,
-                             training.datasets, training.mesh, training.writer, final)
+    evaluate.evaluations_due(step, job.config, job.model, job.state.params, job.built.eval,
+                             job.datasets, job.mesh, job.writer, final)
 
 
 def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, bad: int) -> None:

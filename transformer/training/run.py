@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from transformer import checkpoint, model_kinds, models
+from transformer.attention import step_kernel
 from transformer.config import ModelConfig
 from transformer.errors import ConfigError, TrainingError
 from transformer.training import experiment, sharding, steps
@@ -40,14 +41,22 @@ class Run:
   # (jax.ShapeDtypeStruct leaves with their shardings), or None (state='none').
   state: Any
   start_step: int = 0  # the step of the restored checkpoint; 0 for a fresh state
+  restored: bool = False  # whether the state is a checkpoint's (a step-0 one included)
   checkpointer: Optional[checkpoint.Checkpointer] = None  # the workdir's, when one was given
   vocab_from: str = ""  # where the vocabulary size came from (data.settings.planned_vocab_size)
 
 
 def build_model(model_type: str, model_config: ModelConfig) -> models.ModelKind:
   """The model of an experiment's model_type (`model_kinds`): Transformer(config) for
-  'seq2seq', DecoderOnly(config) for 'lm', or the class a 'package.module:Class' names."""
-  return model_kinds.model_class(model_type)(model_config)
+  'seq2seq', DecoderOnly(config) for 'lm', or the class a 'package.module:Class' names, which
+  must answer every question of `models.ModelKind`."""
+  model = model_kinds.model_class(model_type)(model_config)
+  missing = [name for name in models.ModelKind.__annotations__.keys() | {
+      n for n in vars(models.ModelKind) if not n.startswith("_")} if not hasattr(model, name)]
+  if missing:
+    raise ConfigError(f"model_type={model_type!r} lacks {', '.join(sorted(missing))} of "
+                      "transformer.models.ModelKind; every model kind answers them all.")
+  return model
 
 
 def random_model(model_type: str, model_config: ModelConfig,
@@ -84,19 +93,23 @@ def setup(config: ml_collections.ConfigDict, devices: Optional[Sequence[Any]] = 
   """
   if state not in STATES:
     raise ValueError(f"state={state!r} is not one of {STATES}.")
+  if restore and (workdir is None or state != "init" or params is not None):
+    raise ValueError("restore=True restores into a fresh state: it needs a workdir, "
+                     "state='init' and no params.")
   vocab_from = "the caller's model config"
   if model_config is None:
     model_config, vocab_from = experiment.validate(config)
   if params is None:
-    check_devices(config, devices)
+    check_devices(config, model_config, devices)
   # Given params are placed whole on every device (a read needs no split layout), so a run
   # trained with fsdp=8 is read on one device.
   mesh = sharding.make_mesh(devices, config.fsdp if params is None else 1)
   model = build_model(config.model_type, model_config)
+  _check_decodes(config, model)
   built = steps.build_steps(config, model, mesh)
   ckpt = None if workdir is None else checkpoint.Checkpointer(
       workdir, keep=config.keep_checkpoints, async_save=config.async_checkpoints)
-  start, fresh = 0, None
+  start, fresh, restored = 0, None, False
   if params is not None:
     fresh = TrainState(step=None, params=jax.device_put(params, sharding.replicated(mesh)),
                        opt_state=None)
@@ -107,15 +120,28 @@ def setup(config: ml_collections.ConfigDict, devices: Optional[Sequence[Any]] = 
   elif state == "init":
     fresh = built.init(rngs(config)[0])
     if restore:
-      fresh, start = _restored(fresh, ckpt, data_iter, workdir)
-  return Run(config, model_config, model, mesh, built, fresh, start, ckpt, vocab_from)
+      fresh, start, restored = _restored(fresh, ckpt, data_iter, workdir)
+  return Run(config, model_config, model, mesh, built, fresh, start, restored, ckpt, vocab_from)
 
 
-def check_devices(config: ml_collections.ConfigDict,
+def _check_decodes(config: ml_collections.ConfigDict, model: models.ModelKind) -> None:
+  """BLEU during training needs a model that decodes from its rows (`decoding_source`): one
+  line for a model kind of one's own that does not (the built-in LM is refused by validate)."""
+  rows = {k: np.ones((1, 2), np.int32) for k in model.batch_keys}
+  if config.bleu_every_steps and model.decoding_source(rows) is None:
+    raise ConfigError(f"bleu_every_steps={config.bleu_every_steps} needs a model that decodes "
+                      f"from its rows' source, and {config.model_type!r} decodes from none; set "
+                      "--config.bleu_every_steps=0.")
+
+
+def check_devices(config: ml_collections.ConfigDict, model_config: ModelConfig,
                   devices: Optional[Sequence[Any]] = None) -> None:
-  """The mesh the config asks for fits `devices` (default: every device of every process):
-  the fsdp axis divides them, and the global batch splits over them and into grad_accum_steps
-  micro-batches that split over them too. Before any mesh, workdir or data exists."""
+  """The run the config asks for fits `devices` (default: every device of every process): the
+  fsdp axis divides them, the global batch splits over them and into grad_accum_steps
+  micro-batches that split over them too, and an explicit attention kernel runs on their
+  platform for the rows' shapes (`attention.step_kernel`). Before any mesh, workdir or data
+  exists."""
+  step_kernel(model_config, config.max_len)
   n = len(jax.devices() if devices is None else devices)
   sharding.fsdp_axis(config.fsdp, n)
   sharding.check_batch_size(config.batch_size, n)
@@ -126,9 +152,10 @@ def check_devices(config: ml_collections.ConfigDict,
 
 
 def _restored(state: TrainState, ckpt: checkpoint.Checkpointer, data_iter: Any,
-              workdir: str) -> tuple[TrainState, int]:
-  """(the newest readable checkpoint's state, its step) laid out as `state`, with its data
-  position restored into `data_iter` (unless None); (state, 0) where there is none."""
+              workdir: str) -> tuple[TrainState, int, bool]:
+  """(the newest readable checkpoint's state, its step, True) laid out as `state`, with its
+  data position restored into `data_iter` (unless None); (state, 0, False) where there is
+  none."""
   abstract = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
   try:
@@ -136,4 +163,4 @@ def _restored(state: TrainState, ckpt: checkpoint.Checkpointer, data_iter: Any,
   except checkpoint.IncompatibleCheckpointError as e:
     raise TrainingError(f"The checkpoints in {workdir} do not fit this model ({e}); use a new "
                         "--workdir.") from None
-  return (state, 0) if restored is None else restored
+  return (state, 0, False) if restored is None else (*restored, True)
