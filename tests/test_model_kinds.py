@@ -18,7 +18,7 @@ from transformer.config import ModelConfig
 from transformer.errors import ConfigError
 from transformer.inference import decoding
 from transformer.token_ids import EOS_ID, PAD_ID
-from transformer.training import evaluate, loading, loop, steps, writers
+from transformer.training import evaluate, loading, loop, run, steps, writers
 
 KIND = f"{__name__}:PrefixLM"  # the model_type that names the class below
 
@@ -137,6 +137,19 @@ class PrefixLM(nn.Module):
 
   def prefix_logits(self, params: Any, state: Any, tokens: jax.Array) -> jax.Array:
     return self.apply({"params": params}, tokens, method=PrefixLM.joined)
+
+
+class Incomplete(nn.Module):
+  """A flax module that holds rows but answers none of the other questions."""
+  config: ModelConfig
+  batch_keys: ClassVar[tuple[str, ...]] = ("targets",)
+
+
+def test_a_class_that_does_not_answer_the_interface_is_one_line():
+  config = ModelConfig(vocab_size=20, d_model=32, num_heads=2, d_ff=64, max_len=8)
+  with pytest.raises(ConfigError, match=r"Incomplete' lacks decode_step, decoding_lengths, .* of "
+                     r"transformer.models.ModelKind"):
+    run.build_model(f"{__name__}:Incomplete", config)
 
 
 def _small(max_len: int = 24) -> tuple[PrefixLM, Any]:

@@ -165,3 +165,18 @@ def test_gs_paths_without_gcsfs_are_one_line_wherever_they_appear(tiny_config, t
       ("--reference=gs://b/ref.txt", lambda: evaluate.score_file("w", str(local), "gs://b/ref.txt"))):
     with pytest.raises(ConfigError, match=rf"^{flags} {said}"):
       call()
+
+
+def test_a_data_file_on_gs_has_the_fingerprint_of_its_bytes(gcs, tmp_path):
+  """corpus_files.content_fingerprint reads a gs:// object through storage (its local branch,
+  os.stat, is never taken there): the same bytes give the local file's fingerprint, other
+  bytes of the same length another one."""
+  from transformer.data import corpus_files
+  local = tmp_path / "a.txt"
+  local.write_text("the same text\n")
+  remote = f"gs://{gcs}/data/a.txt"
+  storage.as_path(remote).write_text("the same text\n")
+  assert corpus_files.content_fingerprint(remote) == corpus_files.content_fingerprint(str(local))
+  other = f"gs://{gcs}/data/b.txt"
+  storage.as_path(other).write_text("another text!\n")
+  assert corpus_files.content_fingerprint(other) != corpus_files.content_fingerprint(remote)
