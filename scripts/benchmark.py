@@ -1,8 +1,10 @@
 """Benchmarks a config on this machine: train-step tokens/s, compile time, memory, MFU.
 
   python scripts/benchmark.py --config=configs/base.py --config.batch_size=16 --mode=train
+  python scripts/benchmark.py --table=docs/gpu-runs/2026-11-27-h200-run   # a folder's table
 
-Prints the figures as JSON (and writes them to --output). What each mode measures and how:
+Prints the figures as JSON (and writes them to --output); --table prints the Markdown table of
+a folder of such results (PASS/CONFIG_CODE.json) instead. What each mode measures and how:
 transformer/research/benchmarking.py.
 """
 
@@ -29,12 +31,19 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timings; the median is reported."
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON result here too.")
 _PROFILE = flags.DEFINE_string(
     "profile", None, "Trace the measured train step with jax.profiler into this directory.")
-flags.mark_flags_as_required(["config"])
+_TABLE = flags.DEFINE_string(
+    "table", None, "Print the table of a folder of results (PASS/CONFIG_CODE.json) and stop.")
+flags.register_multi_flags_validator(
+    ["config", "table"], lambda f: (f["config"] is None) != (f["table"] is None),
+    "Pass --config (to benchmark it) or --table (to tabulate a folder of results).")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if _TABLE.value:
+    print("\n".join(benchmarking.comparison_table(_TABLE.value)))
+    return
   if _OUTPUT.value:  # before the benchmark, not after it
     storage.check_reachable(_OUTPUT.value, "--output")
     lines.check_writable(_OUTPUT.value)

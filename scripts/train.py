@@ -28,17 +28,16 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  config = cli.config_of(_CONFIG)
-  # The config is checked before jax starts (experiment imports none), before any process
-  # starts, any data or file is written.
+  # The experiment is checked and made one frozen value before jax starts (experiment imports
+  # none), before any process starts, any data or file is written.
   from transformer.training import experiment
-  experiment.validate(config)
+  exp = experiment.parse(cli.config_of(_CONFIG))
   import jax
   from transformer.training import loop, sharding
 
   sharding.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                   _DISTRIBUTED_TIMEOUT.value)
-  final = loop.train_and_evaluate(config, _WORKDIR.value)
+  final = loop.train_and_evaluate(exp, _WORKDIR.value)
   if jax.process_index() == 0:
     print("\n".join(loop.summary_lines(final, _WORKDIR.value)))
   if final.get("stopped_by") == "SIGINT":

@@ -119,3 +119,29 @@ def test_the_uncached_path_decodes_the_cached_paths_tokens(model_type):
   cached = decoding.decode(model, params, inputs, decoding.DecodeConfig(
       method="greedy", eos_id=-1, extra_len=8), out_limit=jnp.full((2,), 8, jnp.int32))[0]
   np.testing.assert_array_equal(uncached(), np.asarray(cached)[:, :8])
+
+
+def test_a_folder_of_results_is_one_table_and_the_committed_ones_match_their_readmes(tmp_path):
+  """comparison_table: a row per pass, config and tree, 'before' first, a missing one 'not
+  run'; a JSON file that is no train benchmark is one line; and each docs/gpu-runs/ folder's
+  README shows exactly the table its JSON files give."""
+  result = {"train_step_seconds": 0.0421, "train_tokens_per_sec": 1.5e6,
+            "train_model_tflops_per_sec": 300.4, "mfu": 0.3071, "peak_memory_gib": 12.655,
+            "attention_kernel": "cudnn"}
+  for name in ("p1/base_after", "p1/base_before", "p2/base_after"):
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    (tmp_path / f"{name}.json").write_text(json.dumps(result))
+  assert benchmarking.comparison_table(str(tmp_path))[2:] == [
+      "| p1 | base | before | 42.1 ms | 1.500 M | 300 | 30.7% | 12.65 GiB | cudnn |",
+      "| p1 | base | after | 42.1 ms | 1.500 M | 300 | 30.7% | 12.65 GiB | cudnn |",
+      "| p2 | base | before | not run | | | | | |",
+      "| p2 | base | after | 42.1 ms | 1.500 M | 300 | 30.7% | 12.65 GiB | cudnn |"]
+  (tmp_path / "p2" / "big_after.json").write_text("not json")
+  with pytest.raises(benchmarking.ConfigError, match="big_after.json is not a result of"):
+    benchmarking.comparison_table(str(tmp_path))
+  folders = [p.parent for p in (REPO / "docs" / "gpu-runs").glob("*/pass1")]
+  assert folders
+  for folder in folders:
+    shown = [line for line in (folder / "README.md").read_text().splitlines()
+             if line.startswith(("| pass", "|---"))]
+    assert shown == benchmarking.comparison_table(str(folder)), folder.name

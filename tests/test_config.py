@@ -2,7 +2,8 @@
 
 import pytest
 
-from transformer.config import ModelConfig, resolve_scale
+from transformer import attention, embeddings
+from transformer.config import MODES, ModelConfig
 
 
 def test_defaults_are_the_paper_base_model():
@@ -85,9 +86,17 @@ def test_replace_validates():
     ModelConfig(d_model=64, num_heads=4).replace(num_heads=5)
 
 
-def test_resolve_scale_values():
-  assert resolve_scale("sqrt_d", 64, "x") == 8.0
-  assert resolve_scale("inv_sqrt_d", 64, "x") == 0.125
-  assert resolve_scale("inv_dk", 64, "x") == 1 / 64
-  assert resolve_scale("none", 64, "x") == 1.0
-  assert resolve_scale(0.3, 64, "x") == 0.3
+def test_every_scale_mode_has_its_value_where_it_acts():
+  """Each scale field's modes (config.MODES) are turned into numbers by the module that uses
+  them, for d_model = 64 and d_k = 16; a number is taken as it is."""
+  cfg = ModelConfig(d_model=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1)
+  value_of = {"embed_scale": embeddings.embed_scale_value,
+              "embed_init_std": embeddings.embed_init_std_value,
+              "logits_scale": embeddings.logits_scale_value,
+              "attention_scale": attention.attention_scale_value}
+  want = {"none": 1.0, "sqrt_d": 8.0, "inv_sqrt_d": 0.125, "inv_d": 1 / 64,
+          "inv_sqrt_dk": 0.25, "inv_dk": 1 / 16, "learned": 0.25}  # learned starts at d_k^-0.5
+  for field, value in value_of.items():
+    for mode in MODES[field]:
+      assert value(cfg.replace(**{field: mode})) == pytest.approx(want[mode]), (field, mode)
+    assert value(cfg.replace(**{field: 0.3})) == 0.3

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import DEFAULT, REPO, script_env
 from test_evaluation import sacrebleu_cli
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, TrainingError
 from transformer.training import evaluate, loop, steps
 from transformer.training.writers import read_metrics
 
@@ -74,7 +74,7 @@ def test_a_workdir_where_results_cannot_be_written_is_said_before_evaluating(dec
   shutil.copytree(decode_run, workdir, ignore=shutil.ignore_patterns("eval"))
   (workdir / evaluate.EVAL_DIR).write_text("not a directory")
   monkeypatch.setattr(steps, "evaluate", lambda *a, **k: pytest.fail("evaluated first"))
-  with pytest.raises(loop.TrainingError, match=rf"^The results directory {workdir}/eval/10 is "
+  with pytest.raises(TrainingError, match=rf"^The results directory {workdir}/eval/10 is "
                      r"not writable \(.*\); evaluation writes its results there: make the "
                      "workdir writable"):
     evaluate.evaluate_workdir(str(workdir))

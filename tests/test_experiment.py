@@ -1,5 +1,6 @@
 """Experiment configs: every ModelConfig field overridable, recipes resolved, the configs load."""
 
+import json
 import math
 import subprocess
 import sys
@@ -31,6 +32,34 @@ def test_overrides_and_scales_parse():
   assert cfg.embed_scale == 2.5 and cfg.attention_scale == "inv_dk"
   assert cfg.embed_init_std == 1.0 and cfg.logits_scale == "inv_sqrt_d"  # from the recipe
   assert cfg.vocab_size == 100 and cfg.max_len == config.max_len  # from the data
+
+
+def test_an_experiment_is_one_frozen_checked_value():
+  """parse checks a config once and freezes it with its typed ModelConfig; a run made from the
+  Experiment checks nothing again; the data's vocabulary is held against the planned one."""
+  config = experiment.base_config()
+  config.model.embed_scale = "2.5"
+  exp = experiment.parse(config)
+  assert exp.model.embed_scale == 2.5 and exp.model.vocab_size == 35  # 32 symbols + 3 ids
+  assert exp.vocab_from == "the synthetic 'reverse' task" and experiment.parse(exp) is exp
+  with pytest.raises(Exception, match="frozen|immutable|cannot"):
+    exp.config.seed = 3
+  with pytest.raises(Exception, match="frozen|cannot assign"):
+    exp.model = None
+  experiment.check_data_vocab(exp, exp.model.vocab_size)
+  with pytest.raises(experiment.TrainingError, match="The data gave a vocabulary of 7 where "
+                     "the synthetic 'reverse' task gives 35"):
+    experiment.check_data_vocab(exp, 7)
+  config.model.vocab_size = 500  # explicit: room to spare is allowed, too little is not
+  exp = experiment.parse(config)
+  experiment.check_data_vocab(exp, 400)
+  with pytest.raises(ConfigError, match="model.vocab_size=500 is smaller than the dataset's "
+                     r"vocabulary \(600\)"):
+    experiment.check_data_vocab(exp, 600)
+  with config.unlocked():
+    config.extra = [{"a": 1}]  # FrozenConfigDict holds no dict inside a list
+  with pytest.raises(ConfigError, match="^The experiment config cannot be frozen .*sub-config"):
+    experiment.parse(config)
 
 
 def test_bad_values():
@@ -150,7 +179,7 @@ def test_a_config_is_read_and_checked_without_jax():
   flax, optax or grain: every mistake a config alone shows is said before jax starts."""
   heavy = ("jax", "flax", "optax", "grain", "orbax")
   check = ("import sys; from transformer.training import experiment; "
-           "experiment.validate(experiment.load_config('configs/default.py')); "
+           "experiment.parse(experiment.load_config('configs/default.py')); "
            f"print([m for m in {heavy!r} if m in sys.modules])")
   out = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
@@ -161,3 +190,75 @@ def test_a_config_is_read_and_checked_without_jax():
               if line.startswith("import time:")}
   assert "--config" in helped.stdout and "absl" in imported, helped.stderr[-2000:]
   assert not imported & set(heavy), sorted(imported & set(heavy))
+
+
+# Runs scripts/train.py as the command line does, counting the builds of the experiment's
+# ModelConfig and recording the files whose code reads `embed_scale` from a ModelConfig.
+_TRACE = r"""
+import json, os, runpy, sys
+from transformer import config as config_module
+from transformer.training import experiment
+out, argv = sys.argv[1], sys.argv[2:]
+built, reads = [], []
+plain_read, plain_build = config_module.ModelConfig.__getattribute__, experiment.model_config
+
+def read(self, name):
+  if name == "embed_scale":
+    reads.append(os.path.relpath(sys._getframe(1).f_code.co_filename))
+  return plain_read(self, name)
+
+def build(*args, **kwargs):
+  built.append(1)
+  return plain_build(*args, **kwargs)
+
+config_module.ModelConfig.__getattribute__ = read
+experiment.model_config = build
+sys.argv = ["scripts/train.py", *argv]
+try:
+  runpy.run_path("scripts/train.py", run_name="__main__")
+finally:
+  with open(out, "w") as f:
+    json.dump({"built": len(built), "reads": reads}, f)
+"""
+
+
+def test_a_scale_knob_is_parsed_once_and_read_only_where_it_is_checked_and_acts(tfds_dir,
+                                                                               tmp_path):
+  """`--config.model.embed_scale=2.5` through scripts/train.py: the experiment's ModelConfig is
+  built once (experiment.parse: the text parsed there), and in the whole run only config.py
+  (its check) and embeddings.py (where it acts) read the knob, in that order; the number the
+  forward pass uses is made in embeddings.py, which calls nothing of config.py for it.
+  (The order of reads alone held before too; the one build and the last check did not.)"""
+  import inspect
+
+  from transformer import attention, embeddings
+  from transformer import config as config_module
+
+  small = {"model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
+           "model.num_encoder_layers": 1, "model.num_decoder_layers": 1,
+           "synthetic.vocab_size": 8, "synthetic.max_len": 8, "synthetic.num_train": 512,
+           "synthetic.num_eval": 40, "max_len": 9, "batch_size": 16, "num_train_steps": 2,
+           "eval_every_steps": 2, "checkpoint_every_steps": 2, "tfds_data_dir": tfds_dir,
+           "model.embed_scale": 2.5}
+  trace = tmp_path / "trace.json"
+  done = subprocess.run(
+      [sys.executable, "-c", _TRACE, str(trace), "--config=configs/default.py",
+       f"--workdir={tmp_path / 'w'}", *(f"--config.{k}={v}" for k, v in small.items())],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  got = json.loads(trace.read_text())
+  assert got["built"] == 1
+  files = [f for f in got["reads"] if f.startswith(("transformer/", "scripts/"))]
+  order = [f for i, f in enumerate(files) if i == 0 or f != files[i - 1]]
+  assert order == ["transformer/config.py", "transformer/embeddings.py"], got["reads"]
+  record = json.loads((tmp_path / "w" / "config.json").read_text())
+  assert record["model"]["embed_scale"] == 2.5
+  # Everything config.py defines (functions, classes, tables such as MODES) and the module.
+  defined = {id(v) for k, v in vars(config_module).items() if not k.startswith("__")
+             and not inspect.ismodule(v)
+             and getattr(v, "__module__", "transformer.config") == "transformer.config"}
+  defined.add(id(config_module))
+  for value in (embeddings.embed_scale_value, embeddings._width_scale,
+                attention.attention_scale_value):
+    from_config = [n for n in value.__code__.co_names if id(value.__globals__.get(n)) in defined]
+    assert not from_config, (value.__name__, from_config)

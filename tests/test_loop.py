@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, read_only, script_env, tiny_experiment
 from transformer import checkpoint, model_summary, storage
 from transformer.data import corpus_files
-from transformer.errors import InferenceError, NonFiniteLossError, UserError
+from transformer.errors import InferenceError, NonFiniteLossError, TrainingError, UserError
 from transformer.training import evaluate, experiment, loop, run, steps, workdir_checks, writers
 
 
@@ -159,21 +159,21 @@ def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   tiny_config.dataset = "synthetic"
   afile = tmp_path / "afile"
   afile.write_text("x")
-  with pytest.raises(loop.TrainingError, match="is not writable"):
+  with pytest.raises(TrainingError, match="is not writable"):
     loop.train_and_evaluate(tiny_config, str(afile / "sub"))
   tiny_config.num_train_steps = 1
   loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
   tiny_config.model.d_model = 48
-  with pytest.raises(loop.TrainingError, match=r"different model .*d_model 32 -> 48.*allow_model_change"):
+  with pytest.raises(TrainingError, match=r"different model .*d_model 32 -> 48.*allow_model_change"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
   tiny_config.model.d_model = 32
   # The saved data position counts batches: another batch size would resume elsewhere.
   tiny_config.batch_size = 32
-  with pytest.raises(loop.TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
+  with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
   # config.json deleted: the config stored with the checkpoint still says what the run was.
   os.remove(tmp_path / "c" / checkpoint.CONFIG_FILE)
-  with pytest.raises(loop.TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
+  with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
 
 
@@ -198,7 +198,7 @@ def test_a_full_disk_is_one_clear_sentence(tiny_config, tmp_path, monkeypatch):
 
   monkeypatch.setattr(checkpoint.Checkpointer, "save", no_space)
   tiny_config.num_train_steps = 5
-  with pytest.raises(loop.TrainingError, match=r"^No space left on the disk of .*; free space "
+  with pytest.raises(TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):
     loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
 
@@ -242,7 +242,7 @@ def test_a_resume_onto_other_data_is_refused_before_any_dataset_is_built(
   shutil.copytree(five_steps, workdir)
   tiny_config.tfds_data_dir = str(tmp_path / "tfds")
   tiny_config.update_from_flattened_dict({field: value})
-  with pytest.raises(loop.TrainingError, match=rf"another data stream \({said}\)"):
+  with pytest.raises(TrainingError, match=rf"another data stream \({said}\)"):
     loop.train_and_evaluate(tiny_config, str(workdir))
   assert not (tmp_path / "tfds").exists()
 
@@ -252,7 +252,7 @@ def test_a_resume_with_another_optimizer_names_it(five_steps, tiny_config, tmp_p
   workdir = tmp_path / "w"
   shutil.copytree(five_steps, workdir)
   tiny_config.update(num_train_steps=10, optimizer="sgd")
-  with pytest.raises(loop.TrainingError, match=r"^Workdir .* was trained with optimizer='adam', "
+  with pytest.raises(TrainingError, match=r"^Workdir .* was trained with optimizer='adam', "
                      r"whose state its checkpoints hold; this run asks for 'sgd': resume with "
                      r"--config.optimizer=adam, or use a new --workdir.$"):
     loop.train_and_evaluate(tiny_config, str(workdir))
@@ -264,7 +264,7 @@ def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tin
   workdir = tmp_path / "w"
   shutil.copytree(five_steps, workdir)
   tiny_config.num_train_steps = 3
-  with pytest.raises(loop.TrainingError, match=r"holds a checkpoint at step 5, past "
+  with pytest.raises(TrainingError, match=r"holds a checkpoint at step 5, past "
                      r"num_train_steps=3; pass --config.num_train_steps=5 or more to continue"):
     loop.train_and_evaluate(tiny_config, str(workdir))
   tiny_config.num_train_steps = 5  # the same command again: its evaluations, nothing trained
@@ -302,7 +302,7 @@ def test_a_read_only_checkpoint_directory_is_refused_before_training(five_steps,
   metrics = (workdir / writers.METRICS_FILE).read_text()
   tiny_config.num_train_steps = 10
   with read_only(workdir / checkpoint.CHECKPOINT_DIR):
-    with pytest.raises(loop.TrainingError, match=r"^The checkpoint directory .*/checkpoints is "
+    with pytest.raises(TrainingError, match=r"^The checkpoint directory .*/checkpoints is "
                        r"not writable \((Read-only file system|Permission denied)\); make it "
                        r"writable, or pass another --workdir.$"):
       loop.train_and_evaluate(tiny_config, str(workdir))
@@ -324,7 +324,7 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
 
   monkeypatch.setattr(storage, "_write", full_disk)
   tiny_config.num_train_steps = 10
-  with pytest.raises(loop.TrainingError, match=r"^No space left on the disk of .*; free space "
+  with pytest.raises(TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):
     loop.train_and_evaluate(tiny_config, str(workdir))
   assert {name: (workdir / name).read_text() for name in before} == before  # nothing lost
@@ -365,7 +365,7 @@ def test_a_second_run_on_a_workdir_in_use_is_refused(tiny_config, tmp_path):
   workdir = tmp_path / "w"
   workdir.mkdir()
   with workdir_checks.workdir_lock(str(workdir)):  # the first run, training
-    with pytest.raises(loop.TrainingError, match=rf"^Workdir {workdir} is in use by another "
+    with pytest.raises(TrainingError, match=rf"^Workdir {workdir} is in use by another "
                        rf"run \(process {os.getpid()} on "):
       loop.train_and_evaluate(tiny_config, str(workdir))
   assert list(workdir.iterdir()) == []  # the first run's lock files, gone with its release
@@ -443,7 +443,7 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   assert "Resumed from step 2" in caplog.text
   book.write_text("Other text altogether,\nfor another run.\n\n" * 30)
   config.num_train_steps = 6
-  with pytest.raises(loop.TrainingError, match=rf"another data stream \(data_files: {book} "
+  with pytest.raises(TrainingError, match=rf"another data stream \(data_files: {book} "
                      r"changed\); .*allow_data_change=True"):
     loop.train_and_evaluate(config, workdir)
   with pytest.raises(InferenceError, match=rf"The data files of {workdir} hold other "

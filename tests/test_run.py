@@ -17,7 +17,7 @@ def test_a_fresh_state_comes_from_the_seed_and_an_abstract_one_holds_no_arrays(t
                   jax.tree_util.tree_leaves(again.state.params)):
     np.testing.assert_array_equal(a, b)
   assert fresh.mesh.devices.size == 2 and fresh.start_step == 0 and fresh.checkpointer is None
-  assert fresh.vocab_from == "the synthetic 'reverse' task"
+  assert fresh.experiment.vocab_from == "the synthetic 'reverse' task"
   abstract = run.setup(tiny_config, devices[:2], state="abstract")
   leaves = jax.tree_util.tree_leaves(abstract.state)
   assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) and x.sharding for x in leaves)
@@ -29,7 +29,8 @@ def test_params_of_a_split_run_are_read_whole_on_one_device(tiny_config, devices
   tiny_config.fsdp = 8
   trained = run.setup(tiny_config, devices)
   host = jax.device_get(trained.state.params)
-  read = run.setup(tiny_config, devices[:1], model_config=trained.model_config, params=host)
+  read = run.setup(experiment.recorded(trained.config, trained.model_config), devices[:1],
+                   params=host)
   assert read.mesh.devices.size == 1 and read.state.opt_state is None
   for a, b in zip(jax.tree_util.tree_leaves(host), jax.tree_util.tree_leaves(read.state.params)):
     np.testing.assert_array_equal(a, b)
@@ -45,6 +46,6 @@ def test_mistakes_are_one_line_before_anything_is_built(tiny_config, devices, fi
   with pytest.raises(ConfigError, match=match):
     run.setup(tiny_config, devices)
   if "model_type" not in fields:  # the loop's check before its workdir exists
-    model_config = experiment.validate(tiny_config)[0]
+    exp = experiment.parse(tiny_config)
     with pytest.raises(ConfigError, match=match):
-      run.check_devices(tiny_config, model_config, devices)
+      run.check_devices(exp, devices)

@@ -24,7 +24,7 @@ from flax import struct
 from jax.sharding import PartitionSpec
 
 from transformer import positional
-from transformer.config import MODES, ModelConfig, resolve_scale
+from transformer.config import MODES, ModelConfig
 from transformer.decode_cache import step_matmul, store_step_kernel
 from transformer.dropout import apply_dropout
 from transformer.errors import ConfigError
@@ -377,7 +377,10 @@ def has_key(mask: Mask) -> jax.Array:
 def attention_scale_value(config: ModelConfig) -> float:
   """The fixed multiplier of q.k (the learned mode starts from d_k^-0.5)."""
   mode = "inv_sqrt_dk" if config.attention_scale == "learned" else config.attention_scale
-  return resolve_scale(mode, config.qk_dim, "attention_scale")
+  if not isinstance(mode, str):
+    return float(mode)
+  return {"none": 1.0, "inv_sqrt_dk": 1.0 / math.sqrt(config.qk_dim),
+          "inv_dk": 1.0 / config.qk_dim}[mode]
 
 
 def _qk_normalize(config: ModelConfig, x: jax.Array, name: str) -> jax.Array:

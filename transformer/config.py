@@ -39,19 +39,6 @@ MODES: dict[str, tuple[str, ...]] = {
 SCALE_FIELDS = ("embed_scale", "embed_init_std", "logits_scale", "attention_scale")
 
 
-def parse_scale(value: Any) -> Any:
-  """A scale field's value from text: '2.5' -> 2.5, 'sqrt_d' -> 'sqrt_d', numbers as they are.
-
-  Config files and command lines carry scale fields as strings (a mode or a number).
-  """
-  if isinstance(value, str):
-    try:
-      return float(value)
-    except ValueError:
-      return value
-  return value
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """Architecture of an encoder-decoder `Transformer` or a `DecoderOnly` language model."""
@@ -249,21 +236,3 @@ class ModelConfig:
     if unknown:
       raise ConfigError(f"ModelConfig has no field(s) {unknown}; known fields are {sorted(known)}.")
     return cls(**fields)
-
-
-# ---- the scale factors, resolved from their modes (each used in one module only) ----
-def resolve_scale(value: Scale, width: int, name: str) -> float:
-  """Turns a scale mode ('sqrt_d', 'inv_sqrt_d', 'inv_d', 'inv_sqrt_dk', 'inv_dk', 'none') into a float."""
-  if isinstance(value, (int, float)) and not isinstance(value, bool):
-    return float(value)
-  table = {
-      "none": 1.0,
-      "sqrt_d": math.sqrt(width),
-      "inv_sqrt_d": 1.0 / math.sqrt(width),
-      "inv_d": 1.0 / width,
-      "inv_sqrt_dk": 1.0 / math.sqrt(width),
-      "inv_dk": 1.0 / width,
-  }
-  if value not in table:
-    raise ConfigError(f"{name}={value!r} has no fixed numeric value.")
-  return table[value]

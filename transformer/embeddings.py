@@ -9,6 +9,7 @@ and the output knob `logits_scale` multiplies the pre-softmax logits h.E^T (or h
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -16,25 +17,34 @@ import jax
 import jax.numpy as jnp
 
 from transformer import positional
-from transformer.config import ModelConfig, resolve_scale
+from transformer.config import ModelConfig, Scale
 from transformer.decode_cache import step_matmul, store_step_kernel
 from transformer.dropout import Dropout
 from transformer.norms import make_norm
 
 
+def _width_scale(value: Scale, d_model: int) -> float:
+  """A scale field's multiplier: a number as it is, or its mode, a power of d_model
+  (`config.MODES` lists each field's; ModelConfig has checked the value)."""
+  if not isinstance(value, str):
+    return float(value)
+  return {"none": 1.0, "sqrt_d": math.sqrt(d_model), "inv_sqrt_d": 1.0 / math.sqrt(d_model),
+          "inv_d": 1.0 / d_model}[value]
+
+
 def embed_scale_value(config: ModelConfig) -> float:
   """The multiplier s of the token embedding (sqrt(d_model) for the paper)."""
-  return resolve_scale(config.embed_scale, config.d_model, "embed_scale")
+  return _width_scale(config.embed_scale, config.d_model)
 
 
 def embed_init_std_value(config: ModelConfig) -> float:
   """The standard deviation of the embedding matrix at init (d_model^-0.5 for the paper)."""
-  return resolve_scale(config.embed_init_std, config.d_model, "embed_init_std")
+  return _width_scale(config.embed_init_std, config.d_model)
 
 
 def logits_scale_value(config: ModelConfig) -> float:
   """The multiplier of the pre-softmax logits (1 for the paper, d^-0.5 for Flax/T5, 1/d for muP)."""
-  return resolve_scale(config.logits_scale, config.d_model, "logits_scale")
+  return _width_scale(config.logits_scale, config.d_model)
 
 
 class TokenEmbedding(nn.Module):

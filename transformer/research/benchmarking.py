@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import pathlib
 import statistics
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -176,7 +178,7 @@ def _setup(config: ml_collections.ConfigDict, steps: int,
       "device": f"{jax.local_device_count()} x {jax.local_devices()[0].device_kind}",
       "dtype": cfg.dtype, "batch_size": B, "max_len": L, "d_model": cfg.d_model,
       "layers": [cfg.num_encoder_layers, cfg.num_decoder_layers], "vocab_size": cfg.vocab_size,
-      "vocab_from": r.vocab_from,
+      "vocab_from": r.experiment.vocab_from,
       "scan_layers": cfg.scan_layers, "remat": cfg.remat,
       "params": int(sum(x.size for x in jax.tree_util.tree_leaves(r.state.params))),
       "model_flops_per_token": _train_flops(bench, 1) / (L * len(host)),
@@ -346,3 +348,47 @@ def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: i
   return {"cached_tokens_per_sec": tokens / timings["cached"],
           "uncached_tokens_per_sec": tokens / timings["uncached"],
           "speedup": timings["uncached"] / timings["cached"]}
+
+
+def comparison_table(folder: str) -> list[str]:
+  """A Markdown table of a folder of benchmark results named PASS/CONFIG_CODE.json (what
+  scripts/benchmark.py --output wrote for each pass, config and tree, as in docs/gpu-runs/):
+  a row each, passes and configs in name order, 'before' ahead of 'after'; a config and tree
+  that one pass has and another lacks is a 'not run' row."""
+  root = pathlib.Path(folder)
+  found = {(p.parent.name, *p.stem.rsplit("_", 1)): p for p in root.glob("*/*_*.json")}
+  if not found:
+    raise ConfigError(f"{folder} holds no PASS/CONFIG_CODE.json benchmark results.")
+  order = {"before": 0, "after": 1}
+  codes = sorted({c for _, _, c in found}, key=lambda c: (order.get(c, 2), c))
+  rows = ["| pass | config | code | step | tokens/s | model TFLOP/s | MFU | peak memory | "
+          "attention |", "|---|---|---|---|---|---|---|---|---|"]
+  for run_name in sorted({r for r, _, _ in found}):
+    for config in sorted({c for _, c, _ in found}):
+      for code in codes:
+        path = found.get((run_name, config, code))
+        if path is None:
+          rows.append(f"| {run_name} | {config} | {code} | not run | | | | | |")
+          continue
+        d = _train_result(path)
+        rows.append(f"| {run_name} | {config} | {code} | {d['train_step_seconds'] * 1e3:.1f} ms | "
+                    f"{d['train_tokens_per_sec'] / 1e6:.3f} M | "
+                    f"{d['train_model_tflops_per_sec']:.0f} | {d['mfu']:.1%} | "
+                    f"{d['peak_memory_gib']:.2f} GiB | {d['attention_kernel']} |")
+  return rows
+
+
+_TABLE_FIELDS = ("train_step_seconds", "train_tokens_per_sec", "train_model_tflops_per_sec",
+                 "mfu", "peak_memory_gib", "attention_kernel")
+
+
+def _train_result(path: pathlib.Path) -> dict[str, Any]:
+  """A train benchmark's JSON result; one line for a file that is none."""
+  try:
+    d = json.loads(path.read_text())
+  except ValueError:
+    d = None
+  if not isinstance(d, dict) or not all(k in d for k in _TABLE_FIELDS):
+    raise ConfigError(f"{path} is not a result of scripts/benchmark.py --mode=train (it needs "
+                      f"{', '.join(_TABLE_FIELDS)}).")
+  return d

@@ -51,7 +51,6 @@ import numpy as np
 
 from transformer import models
 from transformer.attention import step_kernel
-from transformer.config import ModelConfig
 from transformer.errors import ConfigError
 from transformer.model_summary import train_flops
 from transformer.research.chips import CHIPS, GIB, GPUS, Chip
@@ -370,12 +369,12 @@ def big_float32_buffers(hlo_text: str, length: int, vocab: int) -> dict[str, int
   return found
 
 
-def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any],
-                       model_config: Optional[ModelConfig] = None) -> tuple[Any, run.Run]:
+def compile_train_step(config: ml_collections.ConfigDict | experiment.Experiment,
+                       devices: Sequence[Any]) -> tuple[Any, run.Run]:
   """(compiled step, the Run with its abstract state): the train step of `config` compiled
-  for `devices` (attached or not), as training sets it up (`model_config`: what
-  `experiment.validate` gave; validated here without one)."""
-  r = run.setup(config, devices, state="abstract", model_config=model_config)
+  for `devices` (attached or not), as training sets it up."""
+  r = run.setup(config, devices, state="abstract")
+  config = r.config
   batch = {k: jax.ShapeDtypeStruct((config.batch_size, config.max_len), jnp.int32,
                                    sharding=sharding.batch_sharding(r.mesh))
            for k in r.model.batch_keys}
@@ -383,11 +382,12 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: Sequence[Any]
   return r.steps.train.lower(r.state, batch, rng).compile(), r
 
 
-def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, Any]:
+def compile_report(config: ml_collections.ConfigDict | experiment.Experiment,
+                   target: str) -> dict[str, Any]:
   """The report of the module docstring for `config` on `target` (see `target_devices`)."""
-  model_config, vocab_from = experiment.validate(config)  # before the target's devices
-  devices, chip = target_devices(target)
-  compiled, r = compile_train_step(config, devices, model_config)
+  exp = experiment.parse(config)  # before the target's devices
+  config, (devices, chip) = exp.config, target_devices(target)
+  compiled, r = compile_train_step(exp, devices)
   cfg, model, mesh, state = r.model_config, r.model, r.mesh, r.state
   n = len(devices)
   with jax.set_mesh(mesh):  # 'auto' as the step resolved it, for the target's chips
@@ -423,7 +423,7 @@ def compile_report(config: ml_collections.ConfigDict, target: str) -> dict[str, 
       "batch_size": config.batch_size, "max_len": config.max_len,
       "tokens_per_step": config.batch_size * config.max_len * len(model.batch_keys),
       "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
-      "vocab_size": cfg.output_vocab_size, "vocab_from": vocab_from,
+      "vocab_size": cfg.output_vocab_size, "vocab_from": exp.vocab_from,
       "params": int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(state.params))),
       "memory_bytes": mem, "state_bytes_per_device": state_bytes,
       # What the fsdp axis could not split (no dimension it divides): on every device whole.

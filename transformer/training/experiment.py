@@ -3,6 +3,10 @@
 `base_config()` is the one place experiment defaults live; configs/*.py start from it and
 override. `config.model` holds a recipe name plus an override slot for every ModelConfig field
 (None = the recipe's value), so `--config.model.FIELD=VALUE` works for every knob.
+
+`parse(config)` checks it and makes the one value a run is built from: an `Experiment`, frozen,
+whose `model` is the typed ModelConfig (scale modes parsed, built once). Nothing here imports
+jax, so the command line says a mistake before jax, a workdir or any data exists.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import ml_collections
 from ml_collections import config_dict
 
 from transformer import model_kinds
-from transformer.config import SCALE_FIELDS, ModelConfig, parse_scale
+from transformer.config import SCALE_FIELDS, ModelConfig
 from transformer.data import settings, synthetic
-from transformer.errors import ConfigError, MissingFileError, UserError, one_line
+from transformer.errors import (ConfigError, MissingFileError, TrainingError, UserError,
+                               one_line)
 from transformer.token_ids import NUM_RESERVED
 from transformer.training import optimizer_settings
 from transformer.training.optimizer_settings import default_optimizer_fields
@@ -126,6 +131,68 @@ def with_defaults(recorded: dict[str, Any]) -> ml_collections.ConfigDict:
   return config
 
 
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """An experiment, checked and frozen: what a run is built from (`training.run.setup`)."""
+  config: ml_collections.FrozenConfigDict  # every field, as given (read-only)
+  model: ModelConfig  # recipe + overrides; its vocabulary as the config's data plans it
+  vocab_from: str  # where model.vocab_size comes from (data.settings.planned_vocab_size)
+
+
+def parse(config: ml_collections.ConfigDict | Experiment) -> Experiment:
+  """The Experiment of a config, after every check that needs no data (`validate`); an
+  Experiment is returned as it is."""
+  if isinstance(config, Experiment):
+    return config
+  model, vocab_from = validate(config)
+  return Experiment(_frozen(config), model, vocab_from)
+
+
+def recorded(fields: ml_collections.ConfigDict, model: ModelConfig) -> Experiment:
+  """The Experiment a checkpoint recorded (its fields, read by `with_defaults`, and its
+  ModelConfig): read as it ran, not checked again (its data may be gone, its paths moved)."""
+  return Experiment(_frozen(fields), model, "the checkpoint's record")
+
+
+def _frozen(config: ml_collections.ConfigDict) -> ml_collections.FrozenConfigDict:
+  """The config, read-only; a field FrozenConfigDict cannot hold (a dict inside a list) is
+  one line."""
+  try:
+    return ml_collections.FrozenConfigDict(config)
+  except ValueError as e:
+    raise ConfigError(f"The experiment config cannot be frozen ({one_line(e, 200)}); hold "
+                      "nested settings in a sub-config, not in a list.") from None
+
+
+def check_data_vocab(exp: Experiment, data_vocab_size: int) -> None:
+  """The prepared data's vocabulary against the one the model was built with: the same, or
+  smaller than an explicit model.vocab_size."""
+  if exp.config.model.vocab_size is None and exp.model.vocab_size != data_vocab_size:
+    raise TrainingError(f"The data gave a vocabulary of {data_vocab_size} where {exp.vocab_from} "
+                      f"gives {exp.model.vocab_size}; set "
+                      f"--config.model.vocab_size={data_vocab_size}.")
+  _check_vocab_floor(exp.model.vocab_size, data_vocab_size)
+
+
+def _check_vocab_floor(model_vocab_size: int, data_vocab_size: int) -> None:
+  if model_vocab_size < data_vocab_size:
+    raise ConfigError(f"model.vocab_size={model_vocab_size} is smaller than the dataset's "
+                      f"vocabulary ({data_vocab_size}); leave it unset to use the dataset's.")
+
+
+def parse_scale(value: Any) -> Any:
+  """A scale field's value from text: '2.5' -> 2.5, 'sqrt_d' -> 'sqrt_d', numbers as they are.
+
+  Config files and command lines carry scale fields as strings (a mode or a number).
+  """
+  if isinstance(value, str):
+    try:
+      return float(value)
+    except ValueError:
+      return value
+  return value
+
+
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
   """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
   model_kinds.get(config.model_type)  # one line for an unknown kind
@@ -133,9 +200,7 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelCon
             if k != "recipe" and v is not None}
   fields.setdefault("vocab_size", vocab_size)
   fields.setdefault("max_len", config.max_len)
-  if fields["vocab_size"] < vocab_size:
-    raise ConfigError(f"model.vocab_size={fields['vocab_size']} is smaller than the dataset's "
-                     f"vocabulary ({vocab_size}); leave it unset to use the dataset's.")
+  _check_vocab_floor(fields["vocab_size"], vocab_size)
   return ModelConfig.from_recipe(config.model.recipe, **fields)
 
 

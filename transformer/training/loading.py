@@ -20,7 +20,7 @@ from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import InferenceError, MissingFileError, RunError, one_line
 from transformer.training import run
-from transformer.training.experiment import with_defaults
+from transformer.training.experiment import recorded, with_defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Loaded:
   def as_run(self, experiment: Optional[ml_collections.ConfigDict] = None) -> run.Run:
     """The `run.Run` of these params on every device (`experiment`: the recorded one, or a
     copy with eval-time changes such as the batch size): mesh, steps and the params placed."""
-    return run.setup(experiment or self.experiment, model_config=self.model_config,
+    return run.setup(recorded(experiment or self.experiment, self.model_config),
                      params=self.params)
 
 

@@ -23,11 +23,9 @@ from absl import logging
 from tqdm import tqdm
 
 from transformer import checkpoint, diagnostics, model_summary, models, storage
-from transformer.config import ModelConfig
 from transformer.data import pipeline
-from transformer.errors import (NonFiniteLossError, TrainingError, UserError, disk_full,
-                              one_line)
-from transformer.training import (evaluate, experiment, run, sharding, steps, stop_signals,
+from transformer.errors import NonFiniteLossError, UserError, disk_full, one_line
+from transformer.training import (evaluate, experiment, run, sharding, stop_signals,
                                   workdir_checks)
 from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
 
@@ -47,17 +45,18 @@ def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.D
 PROFILE_DIR = "profile"  # WORKDIR/profile/plugins/profile/<date>/*.xplane.pb, *.trace.json.gz
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+def train_and_evaluate(config: ml_collections.ConfigDict | experiment.Experiment, workdir: str,
                        devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
-  """Trains `config` in `workdir` (resuming if it holds checkpoints); returns the final metrics.
+  """Trains an experiment (a config is checked first: `experiment.parse`) in `workdir`,
+  resuming if it holds checkpoints; returns the final metrics.
 
   `devices` defaults to every device of every process (the mesh's data axis). From the end of
   data preparation, SIGTERM and SIGINT save a checkpoint at the step reached and return, with
   final['stopped_by'] naming the signal.
   """
   # Every check that needs no data is made before anything is written.
-  model_config, vocab_from = experiment.validate(config)
-  run.check_devices(config, model_config, devices)
+  exp = experiment.parse(config)
+  run.check_devices(exp, devices)
   created = workdir_checks.check_workdir(workdir)
   # One run at a time in a workdir: process 0 holds the lock for the whole job.
   lock = workdir_checks.workdir_lock(workdir) if jax.process_index() == 0 else \
@@ -66,14 +65,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     with lock:
       # The workdir is checked before data preparation (which may train a tokenizer or
       # build a TFDS dataset).
-      data_changed = _check_workdir(config, workdir, model_config)
-      datasets = _get_datasets(config, workdir)
-      if model_config != experiment.model_config(config, datasets.vocab_size):
-        raise TrainingError(f"The data gave a vocabulary of {datasets.vocab_size} where "
-                            f"{vocab_from} gives {model_config.vocab_size}; set "
-                            f"--config.model.vocab_size={datasets.vocab_size}.")
+      data_changed = _check_workdir(exp, workdir)
+      datasets = _get_datasets(exp.config, workdir)
+      experiment.check_data_vocab(exp, datasets.vocab_size)
       with stop_signals.StopSignals() as signals:
-        return _train(config, workdir, datasets, devices, model_config, data_changed, signals)
+        return _train(exp, workdir, datasets, devices, data_changed, signals)
   except BaseException as e:
     if created:
       workdir_checks.remove_if_empty(workdir)
@@ -84,53 +80,49 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 @dataclasses.dataclass
 class _Training:
-  """What the loop trains with, made by `_setup`; `state` changes with every step."""
-  config: ml_collections.ConfigDict
+  """What the loop trains with, made by `_setup`: the Run (its state taken out: the train
+  step donates it) and the state, which changes with every step."""
+  run: run.Run
+  state: Any
   workdir: str
   datasets: pipeline.Datasets
-  mesh: jax.sharding.Mesh
-  model: Any
-  built: steps.Steps
-  state: Any
-  ckpt: checkpoint.Checkpointer
   writer: MetricWriter
   train_iter: Any
   train_rng: jax.Array
   resolved: dict[str, Any]  # the config as saved with each checkpoint
-  start_step: int
   primary: bool  # process 0: it writes the metrics
   heldout: list[Any]  # the diagnostics' held-out batches, the same at every step
   counts: diagnostics.TokenCounts
 
 
-def _check_workdir(config: ml_collections.ConfigDict, workdir: str,
-                   model_config: ModelConfig) -> bool:
+def _check_workdir(exp: experiment.Experiment, workdir: str) -> bool:
   """The workdir against this run, before any data is read: its model, data stream and
   steps. True when the data stream changed and allow_data_change lets the run go on
   (workdir_checks.check_resumable)."""
+  config = exp.config
   checkpoints = storage.join(workdir, checkpoint.CHECKPOINT_DIR)
   if storage.as_path(checkpoints).exists():  # else it is made in the workdir, checked writable
     workdir_checks.check_writable(checkpoints, "make it writable, or pass another --workdir",
                                   what="The checkpoint directory")
   saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
   data_changed = workdir_checks.check_resumable(
-      workdir, config, model_config, bool(saved_steps),
+      workdir, config, exp.model, bool(saved_steps),
       workdir_checks.run_identity(config, workdir, jax.process_count()))
   workdir_checks.check_steps(workdir, config, saved_steps)
   return data_changed
 
 
-def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]], model_config: ModelConfig,
-           data_changed: bool) -> _Training:
-  """The Run of `config` with the newest checkpoint restored (its data position unless
+def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
+           devices: Optional[Sequence[jax.Device]], data_changed: bool) -> _Training:
+  """The Run of `exp` with the newest checkpoint restored (its data position unless
   `data_changed`), or a check that starting afresh loses no history."""
+  config = exp.config
   # Taken after the data is prepared: a first run's tokenizer file exists only now.
   identity = workdir_checks.run_identity(config, workdir, jax.process_count())
-  resolved = {"experiment": config.to_dict(), "model": model_config.to_dict(),
+  resolved = {"experiment": config.to_dict(), "model": exp.model.to_dict(),
               checkpoint.IDENTITY_KEY: identity}
   train_iter = datasets.train_iter()
-  r = run.setup(config, devices, workdir=workdir, restore=True, model_config=model_config,
+  r = run.setup(exp, devices, workdir=workdir, restore=True,
                 data_iter=None if data_changed else train_iter)
   resolved["summary"] = model_summary.summarize(
       r.state.params, models.row_flops(r.model, config.max_len), config.max_len)
@@ -147,24 +139,24 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
                         rerun_splits=evaluate.EVAL_SPLITS)
   heldout = [sharding.global_batch(b, r.mesh) for b in itertools.islice(
       datasets.eval_batches(), config.diagnostics_batches)] if config.diagnostics_every_steps else []
-  counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)
-  return _Training(config, workdir, datasets, r.mesh, r.model, r.steps, r.state, r.checkpointer,
-                   writer, train_iter, run.rngs(config)[1], resolved, r.start_step, primary,
-                   heldout, counts)
+  counts = diagnostics.TokenCounts(exp.model.target_vocab_size or exp.model.vocab_size)
+  return _Training(dataclasses.replace(r, state=None), r.state, workdir, datasets, writer, train_iter, run.rngs(config)[1],
+                   resolved, primary, heldout, counts)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]], model_config: ModelConfig,
-           data_changed: bool, signals: stop_signals.StopSignals) -> dict[str, Any]:
-  job = _setup(config, workdir, datasets, devices, model_config, data_changed)
+def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
+           devices: Optional[Sequence[jax.Device]], data_changed: bool,
+           signals: stop_signals.StopSignals) -> dict[str, Any]:
+  job = _setup(exp, workdir, datasets, devices, data_changed)
+  config = job.run.config
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}
-  window = MetricWindow(lambda step: _stop_at_nonfinite(job.ckpt, step))
-  bar = tqdm(total=num_steps, initial=job.start_step, disable=not job.primary, unit="step",
+  window = MetricWindow(lambda step: _stop_at_nonfinite(job.run.checkpointer, step))
+  bar = tqdm(total=num_steps, initial=job.run.start_step, disable=not job.primary, unit="step",
              dynamic_ncols=True, desc="train")
   profile = _Profile(experiment.profile_window(config), storage.join(workdir, PROFILE_DIR),
                      job.primary)
-  step, failed = job.start_step, True
+  step, failed = job.run.start_step, True
   with _logs_above_the_bar():
     try:
       if step:  # the checkpoint's step may have stopped before or inside its evaluations
@@ -178,7 +170,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
           break
         profile.step_begins(step)
         window.add(_train_step(job, step))
-        if step == job.start_step:
+        if step == job.run.start_step:
           bar.unpause()  # the first step compiles: the rate and ETA count from after it
         step += 1
         bar.update(1)
@@ -187,7 +179,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
         _evaluate(job, step, final, window)
       if step < num_steps:  # stopped by a signal: save where we are, return cleanly
         window.check(step)  # a non-finite loss in it sets the checkpoints aside instead
-        job.ckpt.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
+        job.run.checkpointer.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
         logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
                         "continue.", signals.stopped_by, step, workdir)
         final["preempted_at"] = step
@@ -196,7 +188,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, datasets: pipeline.D
     finally:
       bar.close()
       profile.close()
-      _close(job.ckpt, job.writer, failed)
+      _close(job.run.checkpointer, job.writer, failed)
     final["step"] = step
     return final
 
@@ -246,20 +238,20 @@ def _logs_above_the_bar() -> Iterator[None]:
 def _train_step(job: _Training, step: int) -> dict[str, jax.Array]:
   """One step from `step` (and the diagnostics due at it); returns its device metrics."""
   host_batch = next(job.train_iter)
-  batch = sharding.global_batch(host_batch, job.mesh)
-  every = job.config.diagnostics_every_steps
+  batch = sharding.global_batch(host_batch, job.run.mesh)
+  every = job.run.config.diagnostics_every_steps
   diagnose = every and (step + 1) % every == 0
   if every:
     job.counts.add(host_batch)
     if step == 0:  # the scales at initialisation, logged as step 0
       job.writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
-          job.model, job.state.params, job.heldout, job.counts.frequency()))
+          job.run.model, job.state.params, job.heldout, job.counts.frequency()))
   old_params = jax.tree_util.tree_map(jnp.copy, job.state.params) if diagnose else None  # donated
-  job.state, metrics = job.built.train(job.state, batch, job.train_rng)
+  job.state, metrics = job.run.steps.train(job.state, batch, job.train_rng)
   if diagnose:  # gradients at old_params with the step's dropout key
-    grads = job.built.grads(old_params, batch, jax.random.fold_in(job.train_rng, step))
+    grads = job.run.steps.grads(old_params, batch, jax.random.fold_in(job.train_rng, step))
     job.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
-        job.model, old_params, job.state.params, grads, job.heldout, job.counts.frequency()))
+        job.run.model, old_params, job.state.params, grads, job.heldout, job.counts.frequency()))
   return metrics
 
 
@@ -267,7 +259,7 @@ def _log_and_save(job: _Training, step: int, window: MetricWindow, bar: tqdm,
                   final: dict[str, Any]) -> None:
   """The log line and the checkpoint due at `step` (a checkpoint also checks the window's
   losses: none is saved past a non-finite one)."""
-  config, is_last = job.config, step == job.config.num_train_steps
+  config, is_last = job.run.config, step == job.run.config.num_train_steps
   log = step % config.log_every_steps == 0 or is_last
   save = step % config.checkpoint_every_steps == 0 or is_last
   if log:
@@ -280,7 +272,7 @@ def _log_and_save(job: _Training, step: int, window: MetricWindow, bar: tqdm,
   elif save:
     window.check(step)  # no checkpoint past a non-finite loss; the window goes on
   if save:
-    job.ckpt.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
+    job.run.checkpointer.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
     job.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
 
 
@@ -288,8 +280,9 @@ def _evaluate(job: _Training, step: int, final: dict[str, Any], window: MetricWi
   """The evaluations due at `step`, after its checkpoint (a crash during a long decode loses
   no training: the resumed run repeats them); their time is not training throughput."""
   with window.paused():
-    evaluate.evaluations_due(step, job.config, job.model, job.state.params, job.built.eval,
-                             job.datasets, job.mesh, job.writer, final)
+    r = job.run
+    evaluate.evaluations_due(step, r.config, r.model, job.state.params, r.steps.eval,
+                             job.datasets, r.mesh, job.writer, final)
 
 
 def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, bad: int) -> None:

@@ -1,9 +1,9 @@
 """One Run: everything a caller needs to train, evaluate, benchmark or compile an experiment,
 made in one place from its config.
 
-  run = setup(config)                                  # validated; a fresh state
-  run = setup(config, workdir=W, restore=True, data_iter=it)   # the newest checkpoint of W
-  run = setup(config, devices=target, state="abstract")        # shapes only: compile for W's pod
+  run = setup(config)                                  # checked (experiment.parse); fresh state
+  run = setup(exp, workdir=W, restore=True, data_iter=it)   # the newest checkpoint of W
+  run = setup(exp, devices=target, state="abstract")        # shapes only: compile for W's pod
 
 The training loop, evaluation, the sweep runner, the benchmark, the compile report and the
 reading of a checkpoint (`training.loading`) all take their model, mesh, steps and state from
@@ -32,8 +32,7 @@ STATES = ("init", "abstract", "none")
 @dataclasses.dataclass(frozen=True)
 class Run:
   """What a run trains, evaluates or compiles with."""
-  config: ml_collections.ConfigDict  # the experiment
-  model_config: ModelConfig
+  experiment: experiment.Experiment
   model: models.ModelKind
   mesh: jax.sharding.Mesh
   steps: steps.Steps  # jitted init, train, eval and gradient steps on the mesh
@@ -43,7 +42,14 @@ class Run:
   start_step: int = 0  # the step of the restored checkpoint; 0 for a fresh state
   restored: bool = False  # whether the state is a checkpoint's (a step-0 one included)
   checkpointer: Optional[checkpoint.Checkpointer] = None  # the workdir's, when one was given
-  vocab_from: str = ""  # where the vocabulary size came from (data.settings.planned_vocab_size)
+
+  @property
+  def config(self) -> ml_collections.FrozenConfigDict:
+    return self.experiment.config
+
+  @property
+  def model_config(self) -> ModelConfig:
+    return self.experiment.model
 
 
 def build_model(model_type: str, model_config: ModelConfig) -> models.ModelKind:
@@ -75,36 +81,34 @@ def rngs(config: ml_collections.ConfigDict) -> tuple[jax.Array, jax.Array]:
   return init_rng, train_rng
 
 
-def setup(config: ml_collections.ConfigDict, devices: Optional[Sequence[Any]] = None, *,
-          state: str = "init", workdir: Optional[str] = None, restore: bool = False,
-          data_iter: Any = None, params: Any = None,
-          model_config: Optional[ModelConfig] = None) -> Run:
-  """The Run of `config` on `devices` (default: every device of every process; attached or
-  not). Validated first (`experiment.validate`, which gives the model config), so a mistake
-  is one line before anything is built; a caller that has validated passes the model config
-  it got.
+def setup(config: ml_collections.ConfigDict | experiment.Experiment,
+          devices: Optional[Sequence[Any]] = None, *, state: str = "init",
+          workdir: Optional[str] = None, restore: bool = False, data_iter: Any = None,
+          params: Any = None) -> Run:
+  """The Run of an experiment on `devices` (default: every device of every process; attached
+  or not). A config is checked first (`experiment.parse`), so a mistake is one line before
+  anything is built; an `Experiment` was checked when it was made.
 
   state: 'init' (fresh, from the seed), 'abstract' (shapes and shardings only: what compiling
   for an absent target needs), 'none' (model, mesh and steps alone). `params` instead: a
   checkpoint read for evaluation (host arrays, placed replicated; no optimizer state), with
-  its recorded `model_config`. `workdir`: the run's
-  Checkpointer; with restore=True the newest readable checkpoint replaces the fresh state
-  (and its data position `data_iter`'s).
+  its recorded experiment (`experiment.recorded`). `workdir`: the run's Checkpointer; with
+  restore=True the newest readable checkpoint replaces the fresh state (and its data position
+  `data_iter`'s).
   """
   if state not in STATES:
     raise ValueError(f"state={state!r} is not one of {STATES}.")
   if restore and (workdir is None or state != "init" or params is not None):
     raise ValueError("restore=True restores into a fresh state: it needs a workdir, "
                      "state='init' and no params.")
-  vocab_from = "the caller's model config"
-  if model_config is None:
-    model_config, vocab_from = experiment.validate(config)
+  exp = experiment.parse(config)
+  config = exp.config
   if params is None:
-    check_devices(config, model_config, devices)
+    check_devices(exp, devices)
   # Given params are placed whole on every device (a read needs no split layout), so a run
   # trained with fsdp=8 is read on one device.
   mesh = sharding.make_mesh(devices, config.fsdp if params is None else 1)
-  model = build_model(config.model_type, model_config)
+  model = build_model(config.model_type, exp.model)
   _check_decodes(config, model)
   built = steps.build_steps(config, model, mesh)
   ckpt = None if workdir is None else checkpoint.Checkpointer(
@@ -121,7 +125,7 @@ def setup(config: ml_collections.ConfigDict, devices: Optional[Sequence[Any]] = 
     fresh = built.init(rngs(config)[0])
     if restore:
       fresh, start, restored = _restored(fresh, ckpt, data_iter, workdir)
-  return Run(config, model_config, model, mesh, built, fresh, start, restored, ckpt, vocab_from)
+  return Run(exp, model, mesh, built, fresh, start, restored, ckpt)
 
 
 def _check_decodes(config: ml_collections.ConfigDict, model: models.ModelKind) -> None:
@@ -134,14 +138,16 @@ def _check_decodes(config: ml_collections.ConfigDict, model: models.ModelKind) -
                       "--config.bleu_every_steps=0.")
 
 
-def check_devices(config: ml_collections.ConfigDict, model_config: ModelConfig,
+def check_devices(exp: ml_collections.ConfigDict | experiment.Experiment,
                   devices: Optional[Sequence[Any]] = None) -> None:
-  """The run the config asks for fits `devices` (default: every device of every process): the
+  """The run `exp` asks for fits `devices` (default: every device of every process): the
   fsdp axis divides them, the global batch splits over them and into grad_accum_steps
   micro-batches that split over them too, and an explicit attention kernel runs on their
   platform for the rows' shapes (`attention.step_kernel`). Before any mesh, workdir or data
   exists."""
-  step_kernel(model_config, config.max_len)
+  exp = experiment.parse(exp)
+  config = exp.config
+  step_kernel(exp.model, config.max_len)
   n = len(jax.devices() if devices is None else devices)
   sharding.fsdp_axis(config.fsdp, n)
   sharding.check_batch_size(config.batch_size, n)
