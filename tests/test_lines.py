@@ -17,7 +17,7 @@ from transformer.config import ModelConfig
 from transformer.errors import InferenceError
 from transformer.data import tokenizer as tokenizers
 from transformer.inference import decoding
-from transformer.training import evaluate, loading
+from transformer.training import evaluate, experiment, loading
 from transformer.inference import lines as lines_io
 from transformer.inference.decoding import DecodeConfig
 from transformer.models import DecoderOnly
@@ -55,7 +55,7 @@ def test_a_language_model_continues_each_line(tiny_config):
   model = DecoderOnly(cfg)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), np.ones((1, 4), np.int32))["params"]
   tiny_config.model_type = "lm"
-  loaded = loading.Loaded("", 0, model, params, cfg, tiny_config, tok, {})
+  loaded = loading.Loaded("", 0, model, params, experiment.recorded(tiny_config, cfg), tok, {})
   assert lines_io.max_input_len(loaded) == 11 and lines_io.prompt_ends_with_eos(tiny_config)
   ids, truncated = lines_io.encode_lines(loaded, ["a b", "", "a " * 20])
   assert ids[0] == [3, 4, 1] and ids[1] == [] and len(ids[2]) == 11 and ids[2][-1] == 1

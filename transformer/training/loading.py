@@ -20,7 +20,7 @@ from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import InferenceError, MissingFileError, RunError, one_line
 from transformer.training import run
-from transformer.training.experiment import recorded, with_defaults
+from transformer.training.experiment import Experiment, recorded, with_defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,17 +30,24 @@ class Loaded:
   step: int
   model: Any  # models.ModelKind
   params: Any
-  model_config: ModelConfig
-  experiment: ml_collections.ConfigDict  # as recorded with the checkpoint
+  exp: Experiment  # the experiment and ModelConfig recorded with the checkpoint
   tokenizer: Any  # encode(str) -> list[int] (no EOS), decode(ids) -> str, vocab_size
   # What the run read beyond its config (training.workdir_checks.run_identity).
   identity: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+  @property
+  def experiment(self) -> ml_collections.FrozenConfigDict:
+    return self.exp.config
+
+  @property
+  def model_config(self) -> ModelConfig:
+    return self.exp.model
+
   def as_run(self, experiment: Optional[ml_collections.ConfigDict] = None) -> run.Run:
     """The `run.Run` of these params on every device (`experiment`: the recorded one, or a
     copy with eval-time changes such as the batch size): mesh, steps and the params placed."""
-    return run.setup(recorded(experiment or self.experiment, self.model_config),
-                     params=self.params)
+    return run.setup(self.exp if experiment is None else
+                     recorded(experiment, self.model_config), params=self.params)
 
 
 def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:
@@ -66,7 +73,7 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
     _check_own_tokenizer(workdir, record)
   _check_vocab(tok, model_config, experiment, tokenizer or workdir)
   model = run.build_model(experiment.get("model_type", "seq2seq"), model_config)
-  return Loaded(workdir, step, model, params, model_config, experiment, tok,
+  return Loaded(workdir, step, model, params, recorded(experiment, model_config), tok,
                 dict(record.get(checkpoint.IDENTITY_KEY) or {}))
 
 
