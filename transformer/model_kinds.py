@@ -6,7 +6,8 @@ model stack read the same fact. A built-in kind is a row of `KINDS`; a kind of o
 named by its class, `model_type='package.module:ClassName'`, a flax module taking a
 ModelConfig that answers `transformer.models.ModelKind` (its `batch_keys` are its rows). The
 name is recorded with every checkpoint, so restoring, decoding and analysis find the class
-again; nothing is registered at import.
+again; nothing is registered at import. Reading a kind of one's own (`get`) imports its
+module, and with it the model stack: its rows are the class's `batch_keys`.
 """
 
 from __future__ import annotations

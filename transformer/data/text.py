@@ -26,6 +26,16 @@ from transformer.data.tokenizer import Tokenizer
 from transformer.errors import ConfigError, MissingFileError
 from transformer.token_ids import EOS_ID
 
+# The split fields' defaults: the one place of them, which the experiment config holds and a
+# data-only config may leave out.
+SPLIT_DEFAULTS = {"test_fraction": 0.0, "train_split": "train"}
+
+
+def split_setting(config: Any, name: str) -> Any:
+  """config's `name` of SPLIT_DEFAULTS, or its default where a data-only config has none."""
+  return config.get(name, SPLIT_DEFAULTS[name])
+
+
 _WMT = re.compile(r"^(wmt\d\d)_translate/([a-z]{2})-([a-z]{2})$")
 STANDARD = ("wmt14_translate/de-en", "wmt17_translate/de-en", "lm1b", "tiny_shakespeare")
 _LM_MODULES = {"lm1b": ("tensorflow_datasets.text.lm1b", "test"),
@@ -106,7 +116,7 @@ def open_splits(config: Any) -> TextSplits:
       builder = local_corpora.build_local(
           name, data_dir, data_files=config.data_files, eval_files=config.get("eval_files"),
           text_split=config.text_split, eval_fraction=config.eval_fraction,
-          test_fraction=config.test_fraction, seed=split_seed(config))
+          test_fraction=split_setting(config, "test_fraction"), seed=split_seed(config))
     except MissingFileError as missing:  # the config may say how to get its default data
       if not config.get("data_help"):
         raise
@@ -117,10 +127,10 @@ def open_splits(config: Any) -> TextSplits:
     test = builder.as_data_source("test") if "test" in builder.info.splits else None
     return TextSplits(builder.as_data_source("train"), builder.as_data_source("validation"),
                       fields, f"{name} ({config.data_files})", test)
-  if config.get("test_fraction"):
+  if split_setting(config, "test_fraction"):
     raise ConfigError(f"test_fraction={config.test_fraction} holds out a test split of a local "
                       f"corpus (text_files, parallel_text), not of {name!r}; set it to 0.")
-  train_split = config.train_split
+  train_split = split_setting(config, "train_split")
   wmt = _WMT.match(name)
   if wmt:
     importlib.import_module(f"tensorflow_datasets.translate.{wmt.group(1)}")  # registers it

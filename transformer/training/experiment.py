@@ -24,7 +24,7 @@ from ml_collections import config_dict
 
 from transformer import model_kinds
 from transformer.config import SCALE_FIELDS, ModelConfig
-from transformer.data import settings, synthetic
+from transformer.data import settings, synthetic, text
 from transformer.errors import (ConfigError, MissingFileError, TrainingError, UserError,
                                one_line)
 from transformer.token_ids import NUM_RESERVED
@@ -76,11 +76,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval_fraction = 0.01
   # > 0: also hold out this fraction of a local corpus as a test split, scored once at the
   # end of training ('test' records): settings chosen on validation are reported on test.
-  c.test_fraction = 0.0
+  c.test_fraction = text.SPLIT_DEFAULTS["test_fraction"]
   c.text_split = "paragraph"  # documents of text_files / tiny_shakespeare: 'paragraph', 'line'
   c.source_lang = "de"  # translation TFDS datasets (wmtNN_translate/xx-yy)
   c.target_lang = "en"
-  c.train_split = "train"
+  c.train_split = text.SPLIT_DEFAULTS["train_split"]
   c.eval_split = config_dict.placeholder(str)  # None: the dataset's held-out split
   c.packing = "none"  # 'none', 'pack' (whole examples), 'concat' (LM: rows cut from a stream)
   c.tokenizer = ml_collections.ConfigDict(dict(

@@ -7,7 +7,8 @@ made in one place from its config.
 
 The training loop, evaluation, the sweep runner, the benchmark, the compile report and the
 reading of a checkpoint (`training.loading`) all take their model, mesh, steps and state from
-here; nothing else builds one (tests/test_architecture.py walks the package to check).
+here (a decode-only read and the decoding benchmark through its `build_model` and
+`random_model`); nothing else builds one (tests/test_architecture.py walks the package).
 """
 
 from __future__ import annotations
@@ -147,7 +148,6 @@ def check_devices(exp: ml_collections.ConfigDict | experiment.Experiment,
   exists."""
   exp = experiment.parse(exp)
   config = exp.config
-  step_kernel(exp.model, config.max_len)
   n = len(jax.devices() if devices is None else devices)
   sharding.fsdp_axis(config.fsdp, n)
   sharding.check_batch_size(config.batch_size, n)
@@ -155,6 +155,8 @@ def check_devices(exp: ml_collections.ConfigDict | experiment.Experiment,
     raise ConfigError(f"batch_size={config.batch_size} must split into grad_accum_steps="
                       f"{config.grad_accum_steps} micro-batches, each divisible by the "
                       f"{n} devices.")
+  with jax.set_mesh(sharding.make_mesh(devices, config.fsdp)):  # their platform, attached or not
+    step_kernel(exp.model, config.max_len)
 
 
 def _restored(state: TrainState, ckpt: checkpoint.Checkpointer, data_iter: Any,
