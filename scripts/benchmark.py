@@ -1,6 +1,9 @@
-"""Benchmarks a config on this machine: train-step tokens/s, compile time, memory, MFU.
+"""Benchmarks a config on this machine: train-step tokens/s, compile time, memory, MFU; the
+input pipeline alone; the training loop beside the step.
 
   python scripts/benchmark.py --config=configs/base.py --config.batch_size=16 --mode=train
+  python scripts/benchmark.py --config=configs/default.py --mode=loop --loop_steps=400
+  python scripts/benchmark.py --sweep=configs/sweeps/p1_paper_size.py --mode=data   # its first point
   python scripts/benchmark.py --table=docs/gpu-runs/2026-11-27-h200-run   # a folder's table
 
 Prints the figures as JSON (and writes them to --output); --table prints the Markdown table of
@@ -16,6 +19,7 @@ from ml_collections import config_flags
 from transformer import cli, storage
 from transformer.inference import lines
 from transformer.research import benchmarking
+from transformer.research.sweeps import grid
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
 _MODE = flags.DEFINE_list("mode", ["train"], f"What to measure: {', '.join(benchmarking.MODES)}.")
@@ -28,14 +32,23 @@ _DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 256, "Tokens decoded per 
                                       lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 3, "Steps per timing.", lower_bound=1)
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timings; the median is reported.", lower_bound=1)
+_LOOP_STEPS = flags.DEFINE_integer(
+    "loop_steps", 200, "Mode loop: steps the training loop runs (the first log window, which "
+    "compiles, is not timed).", lower_bound=2)
+_SWEEP = flags.DEFINE_string(
+    "sweep", None, "Benchmark a sweep file's point (--point, default its first) instead of "
+    "--config.")
+_POINT = flags.DEFINE_string("point", None, "With --sweep: the point's name (scripts/sweep.py "
+                             "--dry_run lists them).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON result here too.")
 _PROFILE = flags.DEFINE_string(
     "profile", None, "Trace the measured train step with jax.profiler into this directory.")
 _TABLE = flags.DEFINE_string(
     "table", None, "Print the table of a folder of results (PASS/CONFIG_CODE.json) and stop.")
 flags.register_multi_flags_validator(
-    ["config", "table"], lambda f: (f["config"] is None) != (f["table"] is None),
-    "Pass --config (to benchmark it) or --table (to tabulate a folder of results).")
+    ["config", "sweep", "table"], lambda f: sum(f[k] is not None for k in f) == 1,
+    "Pass one of --config or --sweep (to benchmark it) or --table (to tabulate a folder of "
+    "results).")
 
 
 def main(argv):
@@ -47,10 +60,13 @@ def main(argv):
   if _OUTPUT.value:  # before the benchmark, not after it
     storage.check_reachable(_OUTPUT.value, "--output")
     lines.check_writable(_OUTPUT.value)
+  config = grid.named_point_config(_SWEEP.value, _POINT.value) if _SWEEP.value else \
+      cli.config_of(_CONFIG)
   result = benchmarking.benchmark(
-      cli.config_of(_CONFIG), _MODE.value, _STEPS.value, _REPEATS.value,
+      config, _MODE.value, _STEPS.value, _REPEATS.value,
       diagnostics_every=_DIAGNOSTICS_EVERY.value, decode_batch=_DECODE_BATCH.value,
-      decode_tokens=_DECODE_TOKENS.value, profile_dir=_PROFILE.value)
+      decode_tokens=_DECODE_TOKENS.value, profile_dir=_PROFILE.value,
+      loop_steps=_LOOP_STEPS.value)
   text = json.dumps(result, indent=2)
   print(text)
   if _OUTPUT.value:

@@ -32,7 +32,11 @@ _TIME_BUDGET = flags.DEFINE_float(
     "call ends between whole points; the same command goes on later).")
 _DRY_RUN = flags.DEFINE_bool(
     "dry_run", False, "Print the points still to run, in order, each with the time it should "
-    "take at the train step time measured here by the benchmark, and exit.")
+    "take at the train step time measured here by the benchmark (or at --pace_from's), and "
+    "exit.")
+_PACE_FROM = flags.DEFINE_list(
+    "pace_from", None, "With --dry_run: sweep workdirs whose finished points give the pace "
+    "(their seconds a step as they ran, by model size) instead of a benchmark here.")
 _COMPILATION_CACHE = flags.DEFINE_string(
     "compilation_cache", None, "JAX's persistent compilation cache in this directory: the "
     "points of an arm (and a rerun) read their programs from it instead of compiling them "
@@ -47,7 +51,8 @@ def main(argv):
                            aggregate_only=_AGGREGATE_ONLY.value,
                            print_launch=_PRINT_LAUNCH.value,
                            rerun_changed=_RERUN_CHANGED.value, time_budget=_TIME_BUDGET.value,
-                           dry_run=_DRY_RUN.value, compilation_cache=_COMPILATION_CACHE.value))
+                           dry_run=_DRY_RUN.value, compilation_cache=_COMPILATION_CACHE.value,
+                           pace_from=_PACE_FROM.value))
 
 
 if __name__ == "__main__":

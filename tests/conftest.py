@@ -41,6 +41,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   import tempfile  # noqa: E402
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="transformer-tests-xla-")
   os.environ["TRANSFORMER_TESTS_OWN_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
+# Token stores of read-only or gs:// datasets go to a cache (transformer/data/token_store.py):
+# the session's own, never ~/.cache.
+if "TRANSFORMER_TOKEN_CACHE" not in os.environ:
+  import tempfile  # noqa: E402
+  os.environ["TRANSFORMER_TOKEN_CACHE"] = tempfile.mkdtemp(prefix="transformer-tests-tokens-")
+  os.environ["TRANSFORMER_TESTS_OWN_TOKENS"] = os.environ["TRANSFORMER_TOKEN_CACHE"]
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
@@ -231,10 +237,12 @@ def gcs():
 
 
 def pytest_unconfigure(config):
-  """The controller removes the compilation cache it made (workers leave it to the controller)."""
-  own = os.environ.get("TRANSFORMER_TESTS_OWN_CACHE")
-  if own and not hasattr(config, "workerinput"):
-    shutil.rmtree(own, ignore_errors=True)
+  """The controller removes the compilation and token caches it made (workers leave them to
+  the controller)."""
+  for variable in ("TRANSFORMER_TESTS_OWN_CACHE", "TRANSFORMER_TESTS_OWN_TOKENS"):
+    own = os.environ.get(variable)
+    if own and not hasattr(config, "workerinput"):
+      shutil.rmtree(own, ignore_errors=True)
 
 
 def pytest_configure(config):

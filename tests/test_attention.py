@@ -369,8 +369,11 @@ def test_auto_on_a_gpu_runs_the_models_shapes_and_odd_lengths(lq, lk):
 
   (auto_loss, auto_grads), (ref_loss, ref_grads) = grads("auto"), grads("einsum")
   assert auto_loss == pytest.approx(float(ref_loss), rel=2e-2)
+  # Two bfloat16 results may differ by one step of their magnitude (2^-7 relative: 4.5625
+  # against 4.53125 was seen on an H200), beside the absolute tolerance near zero.
   for a, b in zip(auto_grads, ref_grads):
-    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=3e-2)
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=3e-2,
+                               rtol=2 ** -7)
 
 
 @pytest.mark.parametrize("batch", [8, 3])  # split over the 8 devices, or whole on each
@@ -421,7 +424,8 @@ def test_multihead_module_matches_reference_for_every_mode(attention_scale, qk_n
 
 @pytest.mark.parametrize("use_bias, qk_norm, implementation", [
     (True, "none", "einsum"), (False, "rmsnorm", "einsum"), (True, "none", "xla"),
-    (True, "none", "splash")])
+    pytest.param(True, "none", "splash", marks=pytest.mark.skipif(
+        jax.default_backend() == "gpu", reason="the TPU's kernel, refused on a GPU"))])
 def test_decoding_steps_through_the_cache_equal_causal_self_attention(use_bias, qk_norm,
                                                                      implementation):
   cfg = ModelConfig(d_model=16, num_heads=2, use_bias=use_bias, qk_norm=qk_norm, posemb="rope",

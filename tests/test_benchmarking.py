@@ -9,9 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import batch_identity
 from conftest import REPO, script_env
 from transformer.config import ModelConfig
 from transformer.research import benchmarking
+from transformer.research.sweeps import grid
 from transformer.training import run
 
 
@@ -145,3 +147,37 @@ def test_a_folder_of_results_is_one_table_and_the_committed_ones_match_their_rea
     shown = [line for line in (folder / "README.md").read_text().splitlines()
              if line.startswith(("| pass", "|---"))]
     assert shown == benchmarking.comparison_table(str(folder)), folder.name
+
+
+def test_the_loop_mode_reports_the_main_jobs_loop_beside_its_step(tmp_path, tfds_dir):
+  """scripts/benchmark.py --mode=loop on the main job, shrunk: the loop's steps a second
+  (the windows after the compiling one), the step's alone, their ratio, and the host's time
+  a step and its wait for batches. No time is asserted."""
+  out = tmp_path / "loop.json"
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
+       f"--config.tfds_data_dir={tfds_dir}", "--config.model.d_model=32",
+       "--config.model.d_ff=64", "--config.model.num_encoder_layers=1",
+       "--config.model.num_decoder_layers=1", "--config.batch_size=8", "--config.max_len=17",
+       "--mode=loop", "--loop_steps=12", "--steps=1", "--repeats=1", f"--output={out}"],
+      cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  result = json.loads(out.read_text())
+  got = result["loop"]
+  assert (got["steps"], got["log_every_steps"], got["timed_steps"]) == (12, 3, 9)
+  assert got["step_alone_steps_per_sec"] == pytest.approx(1 / result["train_step_seconds"])
+  assert got["ratio"] == pytest.approx(got["steps_per_sec"] / got["step_alone_steps_per_sec"])
+  assert 0 <= got["input_ms_per_step"] <= got["host_ms_per_step"] and got["steps_per_sec"] > 0
+
+
+def test_the_loop_mode_runs_p1_at_a_tiny_size(tmp_path, tfds_dir):
+  """P1's point (configs/sweeps/p1_paper_size.py: packed rows of a text corpus, its pipeline,
+  bf16) shrunk to a tiny model on a corpus the test writes: its loop beside its step."""
+  config = grid.named_point_config(str(REPO / "configs" / "sweeps" / "p1_paper_size.py"))
+  files = batch_identity.write_corpora(tmp_path / "corpus")
+  config.update(data_files=files["text"], tfds_data_dir=tfds_dir, batch_size=8, max_len=32)
+  config.tokenizer.update(path=str(batch_identity.SPM_MODEL), vocab_size=320)
+  config.model.update(d_model=32, num_heads=2, d_ff=64, num_decoder_layers=1)
+  result = benchmarking.benchmark(config, ["loop"], steps=1, repeats=1, loop_steps=8)
+  assert result["dtype"] == "bfloat16" and result["d_model"] == 32
+  assert result["loop"]["timed_steps"] == 6 and result["loop"]["steps_per_sec"] > 0

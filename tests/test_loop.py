@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import jax
 import numpy as np
@@ -289,7 +290,7 @@ def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_sto
   monkeypatch.undo()
   loop.train_and_evaluate(tiny_config, resumed)
   again = {r["step"]: r for r in writers.read_metrics(resumed, "train")}
-  assert again[5] == {**train[5], **{k: again[5][k] for k in ("tokens_per_sec", "steps_per_sec")}}
+  assert again[5] == {**train[5], **{k: again[5][k] for k in writers.TIMING_FIELDS}}
   assert again[10]["first_step"] == 7 and again[10]["loss"] != train[10]["loss"]
 
 
@@ -484,3 +485,63 @@ def test_log_lines_are_printed_above_the_progress_bar_not_on_its_row():
   # The bar's row is cleared (a carriage return), the whole line is printed, the bar is drawn
   # again below it.
   assert re.search(r"\r *\rW\d{4} [^\r\n]*\] a line of the log\n\rtrain: ", text), repr(text)
+
+
+def test_the_loop_fetches_from_the_device_only_at_logging_checkpoint_and_eval_steps(
+    tiny_config, tmp_path, monkeypatch):
+  """Inside a step's work (`_train_step`, `_log_and_save`) nothing is read from the device but
+  by the window's summary and check (logging steps), the checkpoint's save and the
+  evaluations: every read of an array's value and every block_until_ready is recorded where it
+  is not allowed. (JAX's transfer guard does not act on a CPU; there every read of an array
+  laid out over several devices, as the loop's are over the 8, goes through ArrayImpl._value:
+  np.asarray, float, item, device_get.) So between logging steps the host never waits on the
+  device. The train records also time the loop."""
+  from jax._src import array as jax_array
+
+  tiny_config.update(num_train_steps=12, log_every_steps=4, checkpoint_every_steps=6,
+                     eval_every_steps=12, diagnostics_every_steps=0)
+  state = {"depth": 0, "allowed": 0}
+  reads, lifted = [], []
+  value = jax_array.ArrayImpl._value
+
+  def read(self):
+    if state["depth"] and not state["allowed"]:
+      reads.append("".join(traceback.format_stack(limit=6)))
+    return value.fget(self)
+
+  def wait(self, *args, **kwargs):
+    if state["depth"] and not state["allowed"]:
+      reads.append("".join(traceback.format_stack(limit=6)))
+    return block(self, *args, **kwargs)
+
+  block = jax_array.ArrayImpl.block_until_ready
+  monkeypatch.setattr(jax_array.ArrayImpl, "_value", property(read))
+  monkeypatch.setattr(jax_array.ArrayImpl, "block_until_ready", wait)
+
+  def counted(fn, key):
+    def call(*args, **kwargs):
+      state[key] += 1
+      if key == "allowed":
+        lifted.append(fn.__name__)
+      try:
+        return fn(*args, **kwargs)
+      finally:
+        state[key] -= 1
+    return call
+
+  for owner, name in ((writers.MetricWindow, "summary"), (writers.MetricWindow, "check"),
+                      (checkpoint.Checkpointer, "save"), (loop, "_evaluate")):
+    monkeypatch.setattr(owner, name, counted(getattr(owner, name), "allowed"))
+  for name in ("_train_step", "_log_and_save"):
+    monkeypatch.setattr(loop, name, counted(getattr(loop, name), "depth"))
+  state["depth"] = 1  # the recorder records a read where it is not allowed
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+  np.asarray(jax.device_put(np.ones(8), jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec("data"))))
+  assert len(reads) == 1
+  state["depth"], reads[:] = 0, []
+  loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
+  assert not reads, reads[0]
+  assert lifted.count("summary") == 3 and lifted.count("save") == 2
+  records = writers.read_metrics(str(tmp_path / "w"), "train")
+  assert all(0 <= r["input_ms_per_step"] <= r["host_ms_per_step"] for r in records)

@@ -113,6 +113,31 @@ def test_hidden_lr_scale_scales_only_the_blocks_weight_matrices():
     optimizers.make_optimizer(_config(hidden_lr_scale=0.0))
 
 
+def test_embed_learning_rate_gives_the_token_embedding_its_own_peak_rate():
+  """muP's input-layer rule: the embedding moves by embed_learning_rate on Adam's first step
+  (a constant schedule), everything else by learning_rate, the rate a traced peak too."""
+  params = {"decoder": {"blocks": {"layer_0": {"ffn": {"wi": {"kernel": jnp.ones((2, 3))}}}},
+                        "posemb": {"pos_embedding": jnp.ones((4, 2))}},
+            "embedding": {"embedding": jnp.ones((5, 2))},
+            "output_logits": {"kernel": {"kernel": jnp.ones((2, 5))}}}
+  grads = lambda p: jax.tree.map(jnp.ones_like, p)  # noqa: E731
+  config = _config(embed_learning_rate=0.02)
+  for opt in (optimizers.make_optimizer(config),
+              jax.jit(lambda peak: optimizers.at_peak(config, peak)[0].update(
+                  grads(params), optimizers.at_peak(config, peak)[0].init(params), params)[0])):
+    if isinstance(opt, optax.GradientTransformation):
+      moved = jax.tree.map(lambda a, b: np.asarray(a - b), params, _run(opt, params, grads, 1))
+    else:  # the update at a traced peak of 0.1
+      moved = jax.tree.map(lambda u: -np.asarray(u), opt(jnp.float32(0.1)))
+    np.testing.assert_allclose(moved["embedding"]["embedding"], 0.02, rtol=1e-5)
+    for other in (moved["decoder"]["blocks"]["layer_0"]["ffn"]["wi"]["kernel"],
+                  moved["decoder"]["posemb"]["pos_embedding"],
+                  moved["output_logits"]["kernel"]["kernel"]):
+      np.testing.assert_allclose(other, 0.1, rtol=1e-5)
+  with pytest.raises(ValueError, match="embed_learning_rate must be a finite number >= 0"):
+    optimizers.make_optimizer(_config(embed_learning_rate=-1.0))
+
+
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_the_hidden_mask_picks_the_blocks_kernels_of_a_real_model(scan_layers):
   from transformer import models

@@ -1,5 +1,5 @@
-"""Packing: every token kept in order, process-count independent lanes, exact resume, and
-packed rows give the models exactly the logits of the unpacked examples."""
+"""Packing from a token store: every token kept in order, process-count independent lanes,
+exact resume, and packed rows give the models exactly the logits of the unpacked examples."""
 
 import itertools
 import json
@@ -9,34 +9,33 @@ import numpy as np
 import pytest
 
 from transformer.config import ModelConfig
-from transformer.data.packing import PackedBatches, PadBatch
+from transformer.data import token_store
+from transformer.data.packing import PadBatch, TrainBatches
 from transformer.models import DecoderOnly, Transformer
 
 N, MAX_LEN = 23, 12
 
 
 class Source:
-  """Example i: inputs [i+3]*a, targets [i+3]*b (lengths vary, some over MAX_LEN); logs reads."""
+  """Example i: inputs [i+3]*a, targets [i+3]*b (lengths vary, some over MAX_LEN)."""
 
   def __init__(self, keys=("inputs", "targets")):
     rng = np.random.default_rng(0)
+    self.keys = keys
     self.examples = [{k: np.full(int(rng.integers(1, 16)), i + 3, np.int32) for k in keys}
                      for i in range(N)]
-    self.reads: list[int] = []
-
-  def __len__(self):
-    return N
-
-  def __getitems__(self, indices):
-    self.reads += list(indices)
-    return [self.examples[i] for i in indices]
 
 
 def _packed(source, mode, rows=4, process=0, count=1, prefetch=0, keys=("inputs", "targets")):
   local = rows // count
-  pad = PadBatch(keys, local, MAX_LEN)
-  return PackedBatches(source, pad, seed=1, global_rows=rows, mode=mode, prefetch=prefetch,
-                       lanes=range(process * local, (process + 1) * local))
+  pad = PadBatch(token_store.from_examples(source.examples, keys, 64), local, MAX_LEN)
+  return TrainBatches(pad, seed=1, global_rows=rows, mode=mode, prefetch=prefetch,
+                      lanes=range(process * local, (process + 1) * local))
+
+
+def _examples_in(batches, key):
+  """The example ids (token value - 3) in a Source's packed batches."""
+  return {int(t) - 3 for b in batches for t in np.unique(b[key]) if t}
 
 
 def _segments(batch, key, r):
@@ -89,19 +88,19 @@ def test_concat_keeps_every_token_in_order_and_fills_rows():
 @pytest.mark.parametrize("mode,keys", [("pack", ("inputs", "targets")), ("concat", ("targets",))])
 def test_two_processes_read_disjoint_lanes_and_together_make_the_one_process_batches(mode, keys):
   alone = list(itertools.islice(iter(_packed(Source(keys), mode, keys=keys)), 5))
-  halves, reads = [], []
+  halves = []
   for p in range(2):
-    src = Source(keys)
-    halves.append(list(itertools.islice(iter(_packed(src, mode, process=p, count=2, keys=keys)),
-                                        5)))
-    reads.append(set(src.reads[:4]))  # the first bulk read (2 lanes x 2): first epoch
+    halves.append(list(itertools.islice(iter(_packed(Source(keys), mode, process=p, count=2,
+                                                     keys=keys)), 5)))
   # Row for row, the two processes' batches are the one-process batch (which covers every
   # example each epoch): the stream does not depend on the process count.
   for whole, a, b in zip(alone, *halves):
     assert whole.keys() == a.keys()
     for k in whole:
       np.testing.assert_array_equal(whole[k], np.concatenate([a[k], b[k]]))
-  assert not reads[0] & reads[1]  # each reads only its own lanes' examples
+  # Within the first epoch each process holds only its own lanes' examples.
+  first = [_examples_in(h[:1], keys[-1]) for h in halves]
+  assert first[0] and first[1] and not first[0] & first[1]
 
 
 @pytest.mark.parametrize("mode,keys", [("pack", ("inputs", "targets")), ("concat", ("targets",))])
@@ -136,9 +135,9 @@ def _tiny(**kw):
 class SmallSource(Source):
   def __init__(self, keys):
     rng = np.random.default_rng(3)
+    self.keys = keys
     self.examples = [{k: np.append(rng.integers(3, 40, int(rng.integers(1, 5))), 1).astype(np.int32)
                       for k in keys} for _ in range(N)]
-    self.reads = []
 
 
 @pytest.mark.parametrize("model_type", ["lm", "seq2seq"])
@@ -152,7 +151,8 @@ def test_packed_logits_equal_unpacked_logits(model_type):
   # The same examples unpacked, one a row (PadBatch's other mode), in packing order.
   order = [(r, s, i) for r in range(2)
            for s, i in zip(range(1, seg[r].max() + 1), _lane_order(ds, r, seg[r].max()))]
-  unpacked = PadBatch(keys, len(order), MAX_LEN)([src.examples[i] for _, _, i in order])
+  store = token_store.from_examples(src.examples, keys, 64)
+  unpacked = PadBatch(store, len(order), MAX_LEN)([i for _, _, i in order])
   if model_type == "lm":
     model = DecoderOnly(_tiny(norm_position="pre"))
     params = jax.jit(model.init)(jax.random.PRNGKey(0), unpacked["targets"])

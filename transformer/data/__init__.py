@@ -1,4 +1,4 @@
-"""Data: TFDS builders (synthetic tasks, local text), tokenizers, packing, grain pipelines.
+"""Data: TFDS builders (synthetic tasks, local text), tokenizers, token stores, packing, pipelines.
 
 Token ids: `transformer.token_ids` (pad 0, eos 1, unk 2).
 """
@@ -15,7 +15,7 @@ from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
                                         SyntheticTokenizer, Tokenizer, load_tokenizer,
                                         train_sentencepiece)
 
-__all__ = ["PACKING_MODES", "PackedBatches", "PadBatch", "SOURCES", "Datasets", "Sources",
+__all__ = ["PACKING_MODES", "TrainBatches", "PadBatch", "TokenStore", "SOURCES", "Datasets", "Sources",
            "get_datasets", "measure_throughput", "planned_vocab_size", "TASKS", "build_synthetic",
            "to_text", "vocab_size_for", "STANDARD", "TokenizedSource", "build_local",
            "ByteTokenizer", "SentencePieceTokenizer", "SyntheticTokenizer", "Tokenizer",
@@ -24,7 +24,8 @@ __all__ = ["PACKING_MODES", "PackedBatches", "PadBatch", "SOURCES", "Datasets", 
 
 # Imported when first asked for: grain (and with it jax) stays out of a process that only
 # reads configs and checks them (transformer.training.experiment).
-_LAZY = {"PACKING_MODES": "packing", "PackedBatches": "packing", "PadBatch": "packing",
+_LAZY = {"PACKING_MODES": "packing", "TrainBatches": "packing", "PadBatch": "packing",
+         "TokenStore": "token_store",
          "SOURCES": "pipeline", "Datasets": "pipeline", "Sources": "pipeline",
          "get_datasets": "pipeline", "measure_throughput": "pipeline",
          "planned_vocab_size": "settings"}

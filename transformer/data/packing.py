@@ -1,18 +1,20 @@
-"""Examples -> fixed-length rows: padding (one example a row) and packing (several a row).
+"""Batches from a token store, in numpy: one example a row (padding) or several (packing).
 
 `PadBatch` is the one place that writes rows. Unpacked, row r holds example r. Packed, row r
 holds examples back to back, with `KEY_segmentation` (1, 2, ... per example, 0 = padding)
 and `KEY_position` (0, 1, ... restarting at every example), which the models use so that
 attention never crosses two examples.
 
-`PackedBatches` packs the training stream so that it stays independent of the process count
+`TrainBatches` packs the training stream so that it stays independent of the process count
 and checkpointable. The global batch has `global_rows` rows, and each row index r is a *lane*:
 lane r takes the examples at positions r, r + global_rows, r + 2 * global_rows, ... of the
-seeded, reshuffled-every-epoch index order (unpacked, that is exactly row r of every global
-batch) and fills its rows from them in order. A lane depends on nothing but its own examples,
-so a process that owns lanes [a, b) reads only their examples (disjoint from every other
-process) and its rows are the rows a one-process run puts at [a, b). The iterator state is
-two integers per lane (next example, tokens of it already used): JSON, restored exactly.
+seeded, reshuffled-every-epoch order (`epoch_order`; unpacked, that is exactly row r of every
+global batch) and fills its rows from them in order. A lane depends on nothing but its own
+examples, so a process that owns lanes [a, b) reads only their examples (disjoint from every
+other process) and its rows are the rows a one-process run puts at [a, b). The iterator state
+is two integers per lane (next example, tokens of it already used): JSON, restored exactly.
+Every lane's row of a batch is found at once, with array operations over a window of each
+lane's next examples (their lengths come from the store, no example is read to decide).
 
 Modes: 'pack' puts whole examples into a row while they fit (an example longer than max_len
 is truncated, counted, and fills a row alone); 'concat' (language models, one key) cuts the
@@ -22,241 +24,358 @@ the piece of an example that continues in the next row starts a new segment at p
 
 from __future__ import annotations
 
-import atexit
-import collections
-import math
+import dataclasses
+import queue
 import sys
 import threading
 import weakref
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import grain
 import numpy as np
 from absl import logging
 
-from transformer.data.prepared import read_examples
+from transformer.data.epoch_order import EpochOrder
+from transformer.data.token_store import TokenStore
 from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
-Example = Mapping[str, Any]  # KEY -> int32 [length]; optionally 'origin' -> where it came from
 PACKING_MODES = ("none", "pack", "concat")
 
 
-def _origin(ex: Example) -> str:
-  origin = ex.get("origin")
-  if isinstance(origin, bytes):
-    origin = origin.decode("utf-8", "replace")
-  return f" (first: {origin})" if origin else ""
+def check_mode(mode: str, keys: Optional[Sequence[str]] = None) -> None:
+  """One line for a packing mode that does not exist, or (given the rows' keys) that cannot
+  pack them: 'concat' cuts examples across rows, which only a one-row language model reads."""
+  if mode not in PACKING_MODES:
+    raise ConfigError(f"packing={mode!r} is not one of {list(PACKING_MODES)}.")
+  if keys is not None and mode == "concat" and len(keys) != 1:
+    raise ConfigError("packing='concat' splits examples across rows, which only a language "
+                      "model can train on (keys ('targets',)); use packing='pack' for a "
+                      "seq2seq dataset, or model_type='lm'.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pieces:
+  """Spans of examples placed in rows, one entry a piece: `count` ids of example `example`
+  from its token `start`, written in row `row` from column `col`, as segment `segment`."""
+  row: np.ndarray
+  example: np.ndarray
+  start: np.ndarray
+  count: np.ndarray
+  col: np.ndarray
+  segment: np.ndarray
 
 
 class PadBatch:
-  """The one place that batches and pads: examples -> {key: int32 [rows, max_len]}.
+  """The one place that batches and pads a store's examples: -> {key: int32 [rows, max_len]}.
 
-  Unpacked (`__call__`): one example a row. Missing rows and empty examples ({}) become
-  all-zero rows. Packed (`packed`): a list of examples a row, plus segmentation and position.
-  A sequence longer than max_len is truncated (its EOS is lost): counted in num_truncated,
-  with one warning naming where the first came from and `remedy`, what would keep it whole.
+  Unpacked (`__call__`): one example a row; an index < 0 is an all-zero row. Packed
+  (`packed`): pieces of examples a row, plus segmentation and position. A sequence longer
+  than max_len is truncated (its EOS is lost): counted in num_truncated, with one warning
+  naming where the first came from and `remedy`, what would keep it whole.
   """
 
-  def __init__(self, keys: Sequence[str], rows: int, max_len: int, *,
+  def __init__(self, store: TokenStore, rows: int, max_len: int, *,
                remedy: str = "raise max_len (or use packing='concat' for a language model)"):
-    self.keys, self.rows, self.max_len = tuple(keys), rows, max_len
+    self.store, self.keys, self.rows, self.max_len = store, store.keys, rows, max_len
     self.remedy = remedy
     self.num_truncated = 0
-    self._lock = threading.Lock()  # grain calls this from its reader threads
+    self._lock = threading.Lock()  # a prefetch thread and the caller may both write batches
 
-  def __getstate__(self):  # picklable for grain worker processes (each then counts its own)
-    return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+  def __call__(self, indices: Sequence[int] | np.ndarray) -> Batch:
+    """[rows, max_len] arrays for `keys`: row r = example indices[r] (< 0, or missing: zeros)."""
+    indices = np.asarray(indices, np.int64)
+    if len(indices) > self.rows:
+      raise ValueError(f"PadBatch got {len(indices)} rows for {self.rows}.")
+    rows = np.flatnonzero(indices >= 0)
+    examples = indices[rows]
+    pieces = {}
+    for k in self.keys:
+      count = np.minimum(self.store.lengths(k)[examples], self.max_len)
+      zeros = np.zeros_like(rows)
+      pieces[k] = Pieces(rows, examples, zeros, count, zeros, zeros + 1)
+    return self._write(pieces, packed=False)
 
-  def __setstate__(self, state):
-    self.__dict__.update(state, _lock=threading.Lock())
+  def packed(self, pieces: Mapping[str, Pieces], *, split: bool = False) -> Batch:
+    """Rows of pieces (Pieces per key), plus KEY_segmentation and KEY_position. `split`: the
+    pieces may end before their example does by design (concat), which is no truncation."""
+    return self._write(pieces, packed=True, split=split)
 
-  def __call__(self, examples: Sequence[Example]) -> Batch:
-    """[rows, max_len] arrays for `keys`, row r = examples[r] (fewer examples: zero rows)."""
-    return self._write([[ex] if ex else [] for ex in examples], packed=False)
-
-  def packed(self, rows: Sequence[Sequence[Example]]) -> Batch:
-    """Like __call__ with several examples a row, plus KEY_segmentation and KEY_position."""
-    return self._write(rows, packed=True)
-
-  def _write(self, rows: Sequence[Sequence[Example]], packed: bool) -> Batch:
-    if len(rows) > self.rows:
-      raise ValueError(f"PadBatch got {len(rows)} rows for {self.rows}.")
-    names = [k for k in self.keys]
-    if packed:
-      names += [f"{k}_{s}" for k in self.keys for s in ("segmentation", "position")]
-    batch = {k: np.zeros((self.rows, self.max_len), np.int32) for k in names}
-    truncated, first = 0, None
-    for r, row in enumerate(rows):
-      for k in self.keys:
-        at = 0
-        for s, ex in enumerate(row, 1):
-          seq = ex.get(k)
-          if seq is None:
-            continue
-          if len(seq) > self.max_len:
-            truncated += 1
-            first = first or ex
-            seq = seq[:self.max_len]
-          n = len(seq)
-          if at + n > self.max_len:
-            raise ValueError(f"Packed row {r} overflows max_len={self.max_len} at key {k!r}.")
-          batch[k][r, at:at + n] = seq
-          if packed:
-            batch[f"{k}_segmentation"][r, at:at + n] = s
-            batch[f"{k}_position"][r, at:at + n] = np.arange(n)
-          at += n
+  def _write(self, pieces: Mapping[str, Pieces], packed: bool, split: bool = False) -> Batch:
+    """Every key's pieces written with one gather from the store and one scatter into the
+    flat rows (pieces come in row order, each row's from its first column on)."""
+    cells = self.rows * self.max_len
+    batch, truncated, first = {}, 0, None
+    for k in self.keys:
+      p = pieces[k]
+      if not split:
+        cut = np.flatnonzero(self.store.lengths(k)[p.example] > p.count)
+        if cut.size:
+          truncated += cut.size
+          row_example = (int(p.row[cut[0]]), int(p.example[cut[0]]))
+          first = row_example if first is None else min(first, row_example)
+      ids = self.store.gather(k, self.store.offsets[k][p.example] + p.start, p.count)
+      total = len(ids)
+      starts = np.cumsum(p.count) - p.count  # each piece's first id in `ids`
+      if total == cells:  # the pieces fill every cell, in order (concat): no scatter
+        at, out = None, ids
+      else:
+        at = np.repeat(p.row * self.max_len + p.col - starts, p.count) + np.arange(total)
+        out = np.zeros(cells, np.int32)
+        out[at] = ids
+      batch[k] = out.reshape(self.rows, self.max_len)
+      if packed:
+        for name, values in (("segmentation", np.repeat(p.segment.astype(np.int32), p.count)),
+                             ("position", (np.arange(total) - np.repeat(starts, p.count)
+                                           ).astype(np.int32))):
+          if at is not None:
+            values, scattered = np.zeros(cells, np.int32), values
+            values[at] = scattered
+          batch[f"{k}_{name}"] = values.reshape(self.rows, self.max_len)
+    if packed:  # the keys first, then each key's segmentation and position
+      batch = {name: batch[name] for name in [*self.keys, *(
+          f"{k}_{s}" for k in self.keys for s in ("segmentation", "position"))]}
     if truncated:
-      with self._lock:
-        report = self.num_truncated == 0
-        self.num_truncated += truncated
-      if report:
-        logging.warning("%d sequence(s) longer than max_len=%d were truncated in one batch, their "
-                        "EOS lost%s; %s to keep them whole. Reported once; "
-                        "PadBatch.num_truncated counts them.", truncated, self.max_len,
-                        _origin(first), self.remedy)
+      self._report(truncated, first[1])
     return batch
 
+  def _report(self, truncated: int, first: int) -> None:
+    with self._lock:
+      report = self.num_truncated == 0
+      self.num_truncated += truncated
+    if report:
+      origin = self.store.origin(first)
+      logging.warning("%d sequence(s) longer than max_len=%d were truncated in one batch, their "
+                      "EOS lost%s; %s to keep them whole. Reported once; "
+                      "PadBatch.num_truncated counts them.", truncated, self.max_len,
+                      f" (first: {origin})" if origin else "", self.remedy)
 
-class PackedBatches(grain.IterDataset):
-  """Packed train batches (this process's rows) over an endless shuffled index order.
 
-  source: random access examples (KEY -> int32 [length], EOS included); pad: the PadBatch of
-  this process's rows; lanes: the global row indices this process owns (rows of pad);
-  prefetch: batches packed ahead in a background thread (0: none).
+class InOrderBatches:
+  """Re-iterable batches of fixed example indices (eval, test): rows [batches, rows] of
+  example indices, -1 for a zero row; each pass yields the same batches."""
+
+  def __init__(self, pad: PadBatch, rows: np.ndarray):
+    self.pad, self.rows = pad, rows
+
+  def __len__(self) -> int:
+    return len(self.rows)
+
+  def __iter__(self) -> Iterator[Batch]:
+    for indices in self.rows:
+      yield self.pad(indices)
+
+
+class TrainBatches:
+  """This process's training batches over the endless shuffled order: `iter()` gives a fresh,
+  checkpointable iterator (get_state/set_state), made `prefetch` batches ahead in a thread.
+
+  mode 'none': batch k's rows are the lanes' examples at positions k * global_rows + lane;
+  'pack' and 'concat': each lane fills its rows from its own examples (module docstring).
   """
 
-  def __init__(self, source: Sequence[Example], pad: PadBatch, *, seed: int, global_rows: int,
-               lanes: range, mode: str, prefetch: int = 0):
-    super().__init__()
-    if mode not in ("pack", "concat"):
-      raise ConfigError(f"packing={mode!r} is not one of {list(PACKING_MODES)}.")
-    if mode == "concat" and len(pad.keys) != 1:
-      raise ConfigError("packing='concat' splits examples across rows, which only a language "
-                       "model can train on (keys ('targets',)); use packing='pack' for a "
-                       "seq2seq dataset, or model_type='lm'.")
+  def __init__(self, pad: PadBatch, *, seed: int, global_rows: int, lanes: range, mode: str,
+               prefetch: int = 0):
+    check_mode(mode, pad.keys)
     if len(lanes) != pad.rows:
       raise ValueError(f"{len(lanes)} lanes for {pad.rows} rows.")
-    self.source, self.pad, self.mode = source, pad, mode
-    self.global_rows, self.lanes, self.prefetch = global_rows, lanes, prefetch
-    # The same order as the unpacked pipeline: reshuffled every epoch, endless.
-    self.order = grain.MapDataset.range(len(source)).shuffle(seed=seed).repeat()
+    self.pad, self.mode, self.prefetch = pad, mode, prefetch
+    self.global_rows, self.lanes = global_rows, lanes
+    self.order = EpochOrder(len(pad.store), seed)
 
   def __iter__(self) -> grain.DatasetIterator:
-    it = _PackedIterator(self)
-    return _Prefetch(it, self.prefetch) if self.prefetch else it
+    it = _RowIterator(self) if self.mode == "none" else _PackedIterator(self)
+    return Prefetch(it, self.prefetch) if self.prefetch else it
 
 
-class _Prefetch(grain.experimental.ThreadPrefetchDatasetIterator):
-  """grain's thread prefetch (its state is that of the last batch handed out), closed at exit.
+class _RowIterator(grain.DatasetIterator):
+  """One example a row. State: {'next_index': the next global batch}."""
 
-  Why: an open one left to interpreter shutdown has its thread killed mid-read (a C++
-  'terminate called') and prints a traceback; atexit stops the thread while all still works.
-  """
+  def __init__(self, batches: TrainBatches):
+    super().__init__()
+    self._b = batches
+    self._lanes = np.arange(batches.lanes.start, batches.lanes.stop, dtype=np.int64)
+    self._next = 0
 
-  def __init__(self, parent: grain.DatasetIterator, prefetch: int):
-    super().__init__(parent, prefetch)
-    atexit.register(_close_if_alive, weakref.ref(self))
+  def get_state(self) -> dict[str, Any]:
+    return {"next_index": self._next}
 
-  def close(self) -> None:
-    if not sys.is_finalizing():
-      super().close()
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    self._next = int(state["next_index"])
 
-
-def _close_if_alive(ref: "weakref.ref[_Prefetch]") -> None:
-  it = ref()
-  if it is not None:
-    it.close()
+  def __next__(self) -> Batch:
+    b = self._b
+    examples = b.order[self._next * b.global_rows + self._lanes]
+    self._next += 1
+    return b.pad(examples)
 
 
 class _PackedIterator(grain.DatasetIterator):
   """State: per lane, the lane position of its next example and the tokens of it used."""
 
-  def __init__(self, ds: PackedBatches):
+  def __init__(self, batches: TrainBatches):
     super().__init__()
-    self._ds = ds
-    n = len(ds.lanes)
-    self._next = [0] * n
-    self._used = [0] * n
-    # Examples read ahead: _buffers[l][i] is the lane's example at position _next[l] + i.
-    # Read-ahead only batches the reads; it never changes what is produced.
-    self._buffers: list[collections.deque] = [collections.deque() for _ in range(n)]
-    self._examples_per_row = 1.0
+    self._b = batches
+    n = len(batches.lanes)
+    self._lane = np.arange(batches.lanes.start, batches.lanes.stop, dtype=np.int64)
+    self._next = np.zeros(n, np.int64)
+    self._used = np.zeros(n, np.int64)
+    self._window = 4  # examples looked at per lane; grows to what rows take
 
   def get_state(self) -> dict[str, Any]:
-    return {"next": list(self._next), "used": list(self._used)}
+    return {"next": self._next.tolist(), "used": self._used.tolist()}
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     if len(state["next"]) != len(self._next):
       raise ConfigError(f"A packed iterator state for {len(state['next'])} rows cannot restore a "
                        f"process with {len(self._next)} rows; resume with the same process count "
                        "and batch_size.")
-    self._next = [int(x) for x in state["next"]]
-    self._used = [int(x) for x in state["used"]]
-    for b in self._buffers:
-      b.clear()
+    self._next = np.asarray(state["next"], np.int64)
+    self._used = np.asarray(state["used"], np.int64)
 
   def __next__(self) -> Batch:
-    rows, taken = [], 0
-    for lane in range(len(self._next)):
-      row = self._concat_row(lane) if self._ds.mode == "concat" else self._pack_row(lane)
-      taken += len(row)
-      rows.append(row)
-    self._examples_per_row = 0.9 * self._examples_per_row + 0.1 * taken / max(len(rows), 1)
-    return self._ds.pad.packed(rows)
+    if self._b.mode == "concat":
+      return self._b.pad.packed(self._concat(), split=True)
+    return self._b.pad.packed(self._pack())
 
-  def _pack_row(self, lane: int) -> list[Example]:
-    """Whole examples while they fit (each counted at most max_len long)."""
-    max_len, keys = self._ds.pad.max_len, self._ds.pad.keys
-    row, used = [], dict.fromkeys(keys, 0)
+  def _examples(self, window: int) -> np.ndarray:
+    """int64 [lanes, window]: each lane's next `window` examples."""
+    b = self._b
+    steps = self._next[:, None] + np.arange(window)[None, :]
+    return b.order[self._lane[:, None] + steps * b.global_rows]
+
+  def _pack(self) -> dict[str, Pieces]:
+    """Whole examples while they fit, each counted at most max_len long."""
+    pad, max_len = self._b.pad, self._b.pad.max_len
     while True:
-      ex = self._peek(lane)
-      size = {k: min(len(ex[k]), max_len) for k in keys}
-      if row and any(used[k] + size[k] > max_len for k in keys):
-        return row
-      row.append(ex)
-      for k in keys:
-        used[k] += size[k]
-      self._advance(lane)
+      examples = self._examples(self._window)
+      sizes = {k: np.minimum(pad.store.lengths(k)[examples], max_len) for k in pad.keys}
+      fits = np.ones(examples.shape, bool)
+      for size in sizes.values():  # fitting is prefix-closed: sizes are >= 0
+        fits &= np.cumsum(size, axis=1) <= max_len
+      taken = np.maximum(fits.sum(axis=1), 1)
+      if (taken < self._window).all():  # every row closed inside the window
+        break
+      self._window *= 2
+    self._window = max(4, 2 * int(taken.max()))
+    lane, j = np.nonzero(np.arange(examples.shape[1])[None, :] < taken[:, None])
+    chosen = examples[lane, j]
+    pieces = {}
+    for k, size in sizes.items():
+      col = np.cumsum(size, axis=1) - size
+      pieces[k] = Pieces(lane, chosen, np.zeros_like(lane), size[lane, j], col[lane, j], j + 1)
+    self._next += taken
+    return pieces
 
-  def _concat_row(self, lane: int) -> list[Example]:
-    """Exactly max_len tokens of the lane's concatenated examples."""
-    (key,) = self._ds.pad.keys
-    row, space = [], self._ds.pad.max_len
-    while space:
-      ex = self._peek(lane)
-      rest = ex[key][self._used[lane]:]
-      piece = rest[:space]
-      row.append({key: piece, "origin": ex.get("origin")})
-      space -= len(piece)
-      if len(piece) == len(rest):
-        self._advance(lane)
-      else:
-        self._used[lane] += len(piece)
-    return row
+  def _concat(self) -> dict[str, Pieces]:
+    """Exactly max_len tokens of each lane's concatenated examples."""
+    pad, max_len = self._b.pad, self._b.pad.max_len
+    (key,) = pad.keys
+    while True:
+      examples = self._examples(self._window)
+      rest = pad.store.lengths(key)[examples]
+      rest[:, 0] -= self._used
+      ends = np.cumsum(rest, axis=1)
+      if (ends[:, -1] >= max_len).all():
+        break
+      self._window *= 2
+    touched = (ends < max_len).sum(axis=1) + 1  # up to the first piece that reaches max_len
+    self._window = max(4, 2 * int(touched.max()))
+    lane, j = np.nonzero(np.arange(examples.shape[1])[None, :] < touched[:, None])
+    col = (ends - rest)[lane, j]
+    count = rest[lane, j]
+    last = j == touched[lane] - 1
+    count[last] = max_len - col[last]
+    start = np.where(j == 0, self._used[lane], 0)
+    finished = ends[np.arange(len(touched)), touched - 1] == max_len  # the last piece ends it
+    last_start = np.where(touched == 1, self._used, 0)
+    self._used = np.where(finished, 0, last_start + count[last])
+    self._next += touched - 1 + finished
+    return {key: Pieces(lane, examples[lane, j], start, count, col, j + 1)}
 
-  def _advance(self, lane: int) -> None:
-    self._buffers[lane].popleft()
-    self._next[lane] += 1
-    self._used[lane] = 0
 
-  def _peek(self, lane: int) -> Example:
-    if not self._buffers[lane]:
-      self._read_ahead()
-    return self._buffers[lane][0]
+class Prefetch(grain.DatasetIterator):
+  """Batches of `parent` made ahead in a background thread (`size` queued), so that the loop
+  never waits on them; its state is that of the last batch handed out, restored exactly.
 
-  def _read_ahead(self) -> None:
-    """One bulk read topping up every lane's buffer to about two rows' worth of examples.
+  The thread stops when the iterator is closed, collected, or the interpreter exits (then
+  while all still works: a daemon thread killed mid-batch at shutdown can print a traceback).
+  """
 
-    Why every lane: one read of many examples costs little more than one of a few (array_record
-    reads in parallel, SentencePiece encodes a list at once), so lanes are refilled together.
-    """
-    ds = self._ds
-    ahead = max(4, math.ceil(2 * self._examples_per_row) + 2)
-    wanted: list[tuple[int, int]] = []  # (lane, example index)
-    for l, buf in enumerate(self._buffers):
-      for j in range(self._next[l] + len(buf), self._next[l] + ahead):
-        wanted.append((l, int(ds.order[ds.lanes[l] + j * ds.global_rows])))
-    examples = read_examples(ds.source, [i for _, i in wanted])
-    for (l, _), ex in zip(wanted, examples):
-      self._buffers[l].append(ex)
+  def __init__(self, parent: grain.DatasetIterator, size: int):
+    super().__init__()
+    self._inner, self._size = parent, size
+    self._handed = parent.get_state()
+    self._queue: Optional[queue.Queue] = None
+    self._thread: Optional[threading.Thread] = None
+    self._stop = threading.Event()
+    self._stopper: Optional[weakref.finalize] = None
+
+  def start_prefetch(self) -> None:
+    if self._thread is not None:
+      return
+    self._stop = threading.Event()
+    self._queue = queue.Queue(self._size)
+    self._thread = threading.Thread(target=_fill, args=(self._inner, self._queue, self._stop),
+                                    daemon=True, name="transformer-batches")
+    # The thread holds no reference to this iterator: collecting it (or exiting) stops it.
+    self._stopper = weakref.finalize(self, self._stop.set)
+    self._thread.start()
+
+  def __next__(self) -> Batch:
+    self.start_prefetch()
+    batch, state, error = self._queue.get()
+    if error is not None:
+      self._halt()
+      raise error
+    self._handed = state
+    return batch
+
+  def get_state(self) -> dict[str, Any]:
+    return dict(self._handed)
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    self._halt()
+    self._inner.set_state(state)
+    self._handed = self._inner.get_state()
+
+  def _halt(self) -> None:
+    """Stops the thread, drops what it made ahead and puts the parent back at the state of
+    the last batch handed out."""
+    if self._thread is None:
+      return
+    self._stopper.detach()
+    self._stop.set()
+    while self._thread.is_alive():
+      try:
+        self._queue.get(timeout=0.05)
+      except queue.Empty:
+        pass
+    self._thread = None
+    self._inner.set_state(self._handed)
+
+  def close(self) -> None:
+    if not sys.is_finalizing():
+      self._halt()
+
+
+def _fill(parent: Iterator[Batch], out: queue.Queue, stop: threading.Event) -> None:
+  """The thread: batches and their states into `out` until `stop` (looked at every 0.1 s
+  while the queue is full)."""
+  try:
+    while not stop.is_set():
+      item = (next(parent), parent.get_state(), None)
+      while not stop.is_set():
+        try:
+          out.put(item, timeout=0.1)
+          break
+        except queue.Full:
+          continue
+  except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
+    while not stop.is_set():
+      try:
+        out.put((None, None, e), timeout=0.1)
+        return
+      except queue.Full:
+        continue
+

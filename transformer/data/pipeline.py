@@ -1,47 +1,65 @@
-"""Grain input pipelines over TFDS data sources (array_record, no TensorFlow).
+"""Input pipelines: each split tokenized once into a token store, batches made from it in numpy.
 
 `get_datasets(config, workdir=...)` gives host-local numpy batches: every process draws the
 same global batches of example indices and reads only its own batch_size // process_count
 rows of each, so the stream does not depend on the process count and no two processes read
-one example. Train: shuffled (seeded, reshuffled every epoch), repeated forever, checkpointable
-iterator; packed when config.packing is 'pack' or 'concat' (packing.PackedBatches, the same
-property). Eval: every example exactly once, one a row, the last batch topped up with
-all-zero rows (zero tokens = zero weight), the same number of batches on every process so
-that a multi-host jitted eval step never waits on a process that has run out.
+one example. Train: shuffled (seeded, reshuffled every epoch, grain's order), repeated
+forever, checkpointable iterator, made ahead in a background thread; packed when
+config.packing is 'pack' or 'concat' (packing.TrainBatches, the same property). Eval: every
+example exactly once, one a row, the last batch topped up with all-zero rows (zero tokens =
+zero weight), the same number of batches on every process so that a multi-host jitted eval
+step never waits on a process that has run out.
 
 A dataset is a name in SOURCES (synthetic, text_files, parallel_text) or a standard TFDS
-name (text.STANDARD) -> Sources: two random-access splits of id examples plus the tokenizer.
+name (text.STANDARD) -> Sources: random-access splits of id examples, their tokenizer, and
+where they were prepared. Each split is then read and tokenized once into a `token_store`
+beside the prepared data (splits held only in memory get a store in memory), and every batch
+is gathered from the store: the example reading, parsing and tokenizing that each batch used
+to repeat is done once per dataset and tokenizer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
-import grain
 import ml_collections
 import numpy as np
 
 from transformer import model_kinds, storage
-from transformer.data import packing, settings, synthetic, text
-from transformer.data.packing import PadBatch
+from transformer.data import packing, settings, synthetic, text, token_store
+from transformer.data.packing import InOrderBatches, PadBatch, TrainBatches
 from transformer.data.prepared import read_examples
-from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
-                                        SyntheticTokenizer, Tokenizer, check_sentencepiece_size,
-                                        get_tokenizer, save_to_workdir)
+from transformer.data.token_store import TokenStore
+from transformer.data.tokenizer import (SyntheticTokenizer, Tokenizer, get_tokenizer,
+                                        save_to_workdir)
 from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
 Example = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+  """Where a dataset's splits were prepared, so that their token stores live beside them:
+  `home`, its TFDS version directory; `splits`, each role's ('train', 'eval', 'test') split
+  name there; `reading`, how examples are read from it (part of each store's key)."""
+  home: str
+  splits: Mapping[str, str]
+  reading: Mapping[str, Any]
+
+
 @dataclasses.dataclass(frozen=True)
 class Sources:
-  """What a dataset provides: random-access splits of id examples and their tokenizer."""
+  """What a dataset provides: random-access splits of id examples, their tokenizer, and
+  where they were prepared (None: held in memory only)."""
   train: Sequence[Example]
   eval: Sequence[Example]
   tokenizer: Tokenizer
   keys: tuple[str, ...] = ("inputs", "targets")
   test: Optional[Sequence[Example]] = None  # held out for reporting (config.test_fraction)
+  prepared: Optional[Prepared] = None
 
 
 def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
@@ -53,7 +71,9 @@ def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -
   if workdir:
     save_to_workdir(tokenizer, workdir)  # decoding reads every run's tokenizer the same way
   return Sources(train=builder.as_data_source("train"), eval=builder.as_data_source("validation"),
-                 tokenizer=tokenizer)
+                 tokenizer=tokenizer,
+                 prepared=Prepared(str(builder.data_dir), {"train": "train", "eval": "validation"},
+                                   {"fields": "inputs, targets (ids)"}))
 
 
 def _text_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
@@ -67,7 +87,9 @@ def _text_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sou
       eval=text.TokenizedSource(splits.eval, splits.fields, tokenizer, f"{splits.name} eval"),
       tokenizer=tokenizer, keys=tuple(splits.fields),
       test=None if splits.test is None else
-      text.TokenizedSource(splits.test, splits.fields, tokenizer, f"{splits.name} test"))
+      text.TokenizedSource(splits.test, splits.fields, tokenizer, f"{splits.name} test"),
+      prepared=None if splits.home is None else
+      Prepared(splits.home, splits.split_names, {"fields": dict(splits.fields), **splits.reading}))
 
 
 SourcesFn = Callable[[ml_collections.ConfigDict, Optional[str]], Sources]
@@ -86,16 +108,6 @@ def _sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
   raise ConfigError(f"Unknown dataset {config.dataset!r}; known datasets: "
                    f"{', '.join(sorted(SOURCES) + list(text.STANDARD))} (any "
                    "wmtNN_translate/xx-yy too).")
-
-
-class ReadBatch:
-  """Example indices -> padded batch: one bulk read, then PadBatch. Indices < 0 = zero rows."""
-
-  def __init__(self, source: Sequence[Example], pad: PadBatch):
-    self.source, self.pad = source, pad
-
-  def __call__(self, indices: Sequence[int]) -> Batch:
-    return self.pad(read_examples(self.source, [i for i in indices if i >= 0]))
 
 
 class ConcatForLM:
@@ -124,6 +136,10 @@ def _ceil_div(a: int, b: int) -> int:
   return -(-a // b)
 
 
+# The roles of a dataset's splits, each tokenized into a store of its own.
+ROLES = ("train", "eval", "test")
+
+
 @dataclasses.dataclass(frozen=True)
 class Datasets:
   """Host-local train and eval batches of one dataset, and its tokenizer."""
@@ -136,12 +152,12 @@ class Datasets:
   input_key_names: tuple[str, ...]  # 'inputs' and/or 'targets' (no packing keys)
   tokenizer: Tokenizer  # encode/decode of this dataset; saved in the workdir
   packing: str  # 'none', 'pack' or 'concat' (train batches only; eval is one example a row)
-  _train: grain.IterDataset = dataclasses.field(repr=False)
-  _eval: grain.IterDataset = dataclasses.field(repr=False)
-  _test: Optional[grain.IterDataset] = dataclasses.field(default=None, repr=False)
-  _train_source: Sequence[Example] = dataclasses.field(default=(), repr=False)
+  _train: TrainBatches = dataclasses.field(repr=False)
+  _eval: InOrderBatches = dataclasses.field(repr=False)
+  _test: Optional[InOrderBatches] = dataclasses.field(default=None, repr=False)
+  _train_store: Optional[TokenStore] = dataclasses.field(default=None, repr=False)
 
-  def train_iter(self) -> grain.DatasetIterator:
+  def train_iter(self) -> Iterator[Batch]:
     """A fresh iterator from the start; checkpoint it with get_state()/set_state()."""
     return iter(self._train)
 
@@ -150,13 +166,9 @@ class Datasets:
     return self._eval
 
   def count_train_tokens(self) -> int:
-    """Tokens of the whole train split (every key, EOS included), read and tokenized once:
+    """Tokens of the whole train split (every key, EOS included), from its token store:
     with packing='concat' a training step consumes batch_size * max_len of them."""
-    source, total = self._train_source, 0
-    for start in range(0, len(source), 1024):  # in bulk: tokenizers encode batches faster
-      examples = read_examples(source, range(start, min(start + 1024, len(source))))
-      total += sum(len(ex[k]) for ex in examples for k in self.input_key_names)
-    return total
+    return self._train_store.num_tokens()
 
   def test_batches(self) -> Optional[Iterable[Batch]]:
     """The test split's batches, like eval_batches(); None without one (test_fraction = 0)."""
@@ -175,13 +187,13 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
   Reads config.dataset and its options (synthetic.*, data_files, eval_files, text_split,
   eval_fraction, source_lang, target_lang, train_split, eval_split, tokenizer.*),
   tfds_data_dir, batch_size (global), max_len (row length), seed, model_type, and optionally
-  packing (default 'none'), data_threads (reader threads, default 2) and data_prefetch
-  (batches buffered, default 4). A text dataset's tokenizer is loaded from, or trained and
-  saved into, workdir (or tokenizer.path); the synthetic one is saved there too.
+  packing (default 'none'), data_threads (processes that tokenize a split into its token
+  store the first time; 0: one per core) and data_prefetch (train batches made ahead). A text
+  dataset's tokenizer is loaded from, or trained and saved into, workdir (or tokenizer.path);
+  the synthetic one is saved there too.
   """
   mode = config.get("packing") or "none"
-  if mode not in packing.PACKING_MODES:
-    raise ConfigError(f"packing={mode!r} is not one of {list(packing.PACKING_MODES)}.")
+  packing.check_mode(mode)
   if process_index is None or process_count is None:
     import jax  # only here, so the data code never initialises a backend it does not need
     process_index = jax.process_index() if process_index is None else process_index
@@ -197,19 +209,39 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
   if num_train < process_count:
     raise ConfigError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
                      f"the {process_count} processes; use a larger dataset.")
-  read = grain.ReadOptions(num_threads=settings.read_setting(config, "data_threads"),
-                           prefetch_buffer_size=settings.read_setting(config, "data_prefetch"))
-  # Each process's rows of every global batch (lanes): see _train_batches and _in_order.
+  packing.check_mode(mode, sources.keys)  # before any split is tokenized
+  stores = {role: _store(config, sources, role) for role in ROLES
+            if getattr(sources, role) is not None}
+  # Each process's rows of every global batch (lanes): see packing.TrainBatches, _in_order.
   lanes = range(process_index * local_batch, (process_index + 1) * local_batch)
-  train = _train_batches(config, sources, mode, lanes, read)
-  evaluation, num_batches = _in_order(config, sources, sources.eval, lanes, read)
-  test = None if sources.test is None else _in_order(config, sources, sources.test, lanes,
-                                                     read)[0]
+  train = TrainBatches(PadBatch(stores["train"], local_batch, config.max_len),
+                       seed=config.seed, global_rows=config.batch_size, lanes=lanes, mode=mode,
+                       prefetch=settings.read_setting(config, "data_prefetch"))
+  evaluation = _in_order(config, stores["eval"], lanes)
+  test = _in_order(config, stores["test"], lanes) if "test" in stores else None
   return Datasets(vocab_size=sources.tokenizer.vocab_size, num_train_examples=num_train,
-                  num_eval_examples=num_eval, num_eval_batches=num_batches,
+                  num_eval_examples=num_eval, num_eval_batches=len(evaluation),
                   batch_size=local_batch, max_len=config.max_len,
                   input_key_names=sources.keys, tokenizer=sources.tokenizer, packing=mode,
-                  _train=train, _eval=evaluation, _test=test, _train_source=sources.train)
+                  _train=train, _eval=evaluation, _test=test, _train_store=stores["train"])
+
+
+def _store(config: ml_collections.ConfigDict, sources: Sources, role: str) -> TokenStore:
+  """The token store of split `role`: beside the prepared dataset (built there once), or in
+  memory for splits that were never prepared as files (held in memory, or TFDS's mock data)."""
+  source = getattr(sources, role)
+  if sources.prepared is None or not storage.as_path(sources.prepared.home).is_dir():
+    return token_store.from_examples(read_examples(source, range(len(source))), sources.keys,
+                                     sources.tokenizer.vocab_size, origins=source)
+  prepared = sources.prepared
+  split = prepared.splits[role]
+  key = token_store.store_key(token_store.prepared_identity(prepared.home, split), split,
+                              {**prepared.reading, "keys": list(sources.keys)},
+                              sources.tokenizer.to_bytes())
+  return token_store.open_or_build(
+      source, sources.keys, vocab_size=sources.tokenizer.vocab_size, key=key,
+      home=prepared.home, description=f"the {split} split of {config.dataset}",
+      workers=settings.read_setting(config, "data_threads") or None)
 
 
 def _as_the_kind_reads(config: ml_collections.ConfigDict, sources: Sources) -> Sources:
@@ -221,34 +253,12 @@ def _as_the_kind_reads(config: ml_collections.ConfigDict, sources: Sources) -> S
   kind.check_rows(sources.keys, config.dataset)
   if set(sources.keys) == set(kind.batch_keys):
     return sources
+  prepared = sources.prepared and dataclasses.replace(
+      sources.prepared, reading={**sources.prepared.reading, "joined": "inputs ++ targets"})
   return dataclasses.replace(
       sources, train=ConcatForLM(sources.train), eval=ConcatForLM(sources.eval),
-      test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys)
-
-
-def _train_batches(config: ml_collections.ConfigDict, sources: Sources, mode: str,
-                   lanes: range, read: grain.ReadOptions) -> Any:
-  """The training stream of this process's rows.
-
-  Pipelines run over example indices and read each batch in bulk (see ReadBatch). Global
-  batches of indices are drawn identically on every process (same seed), and each process
-  reads only its own rows of each: so the training stream is the same whatever the process
-  count (a 2-host run sees the batches of a 1-host run), and processes never share an
-  example. repeat() reshuffles every epoch; batches may straddle epochs.
-  """
-  train_pad = PadBatch(sources.keys, len(lanes), config.max_len)
-  if mode == "none":
-    rows = slice(lanes.start, lanes.stop)
-    return (grain.MapDataset.range(len(sources.train))
-            .shuffle(seed=config.seed).repeat()
-            .batch(config.batch_size, drop_remainder=True)
-            .map(lambda indices: indices[rows])
-            .map(ReadBatch(sources.train, train_pad))
-            .to_iter_dataset(read))
-  # The same lanes (global rows), each filled from its own examples: see packing.py.
-  return packing.PackedBatches(sources.train, train_pad, seed=config.seed,
-                               global_rows=config.batch_size, lanes=lanes, mode=mode,
-                               prefetch=settings.read_setting(config, "data_prefetch"))
+      test=None if sources.test is None else ConcatForLM(sources.test), keys=kind.batch_keys,
+      prepared=prepared)
 
 
 # Eval and test examples are never cut into rows (each is scored from its start), whatever
@@ -257,19 +267,16 @@ _EVAL_REMEDY = ("raise max_len (eval and test examples are scored one a row, fro
                 "start, whatever the packing)")
 
 
-def _in_order(config: ml_collections.ConfigDict, sources: Sources, source: Sequence[Example],
-              lanes: range, read: grain.ReadOptions) -> tuple[grain.IterDataset, int]:
+def _in_order(config: ml_collections.ConfigDict, store: TokenStore,
+              lanes: range) -> InOrderBatches:
   """Eval (and test): global batches over the split in order, topped up with -1 (= zero
   rows); each process reads its rows, so every example is seen exactly once, on exactly one
-  process. Returns the batches and their number."""
-  num_batches = _ceil_div(len(source), config.batch_size)
+  process."""
+  num_batches = _ceil_div(len(store), config.batch_size)
   indices = np.full(num_batches * config.batch_size, -1, np.int64)
-  indices[:len(source)] = np.arange(len(source))
+  indices[:len(store)] = np.arange(len(store))
   rows = indices.reshape(num_batches, config.batch_size)[:, lanes.start:lanes.stop]
-  return (grain.MapDataset.source(rows)
-          .map(ReadBatch(source, PadBatch(sources.keys, len(lanes), config.max_len,
-                                          remedy=_EVAL_REMEDY)))
-          .to_iter_dataset(read)), num_batches
+  return InOrderBatches(PadBatch(store, len(lanes), config.max_len, remedy=_EVAL_REMEDY), rows)
 
 
 def measure_throughput(config: ml_collections.ConfigDict, seconds: float, *,
@@ -279,7 +286,7 @@ def measure_throughput(config: ml_collections.ConfigDict, seconds: float, *,
   One process reading the whole global batch (process_count=1), no device work. Returns
   tokens_per_sec and batches_per_sec (non-pad tokens of every key, inputs and targets), plus
   batches, tokens, seconds, fill (non-pad fraction of the rows) and setup_seconds (dataset
-  preparation, tokenizer, first batch; not in the rates).
+  preparation, tokenizer, token stores where not yet built, first batch; not in the rates).
   """
   start = time.perf_counter()
   datasets = get_datasets(config, workdir=workdir, process_index=0, process_count=1)

@@ -14,9 +14,10 @@ from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
 
 # The experiment fields that name files or directories the data is read from or built in.
 PATH_FIELDS = ("tfds_data_dir", "data_files", "eval_files")
-# How the input pipeline reads (grain): the one place of these defaults, which the experiment
-# config holds and a data-only config may leave out.
-READ_DEFAULTS = {"data_threads": 2, "data_prefetch": 4}
+# How fast the input is made, never what it is: the processes that tokenize a split into its
+# token store the first time (0: one per core) and the train batches made ahead. The one place
+# of these defaults, which the experiment config holds and a data-only config may leave out.
+READ_DEFAULTS = {"data_threads": 0, "data_prefetch": 4}
 
 
 def read_setting(config: ml_collections.ConfigDict, name: str) -> int:

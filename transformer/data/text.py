@@ -94,12 +94,19 @@ class Documents:
 
 @dataclasses.dataclass(frozen=True)
 class TextSplits:
-  """Raw text splits of a dataset and how to read them: fields[key] = feature name."""
+  """Raw text splits of a dataset and how to read them: fields[key] = feature name.
+
+  home: the prepared dataset's directory (TFDS's version directory), where the splits'
+  token stores go; split_names: each role's ('train', 'eval', 'test') split there;
+  reading: anything else that decides the examples read from them (a text_split)."""
   train: Sequence[Mapping[str, Any]]
   eval: Sequence[Mapping[str, Any]]
   fields: Mapping[str, str]
   name: str  # for messages
   test: Optional[Sequence[Mapping[str, Any]]] = None  # held out for reporting only
+  home: Optional[str] = None
+  split_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  reading: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def split_seed(config: Any) -> int:
@@ -126,7 +133,8 @@ def open_splits(config: Any) -> TextSplits:
         {"targets": "text"}
     test = builder.as_data_source("test") if "test" in builder.info.splits else None
     return TextSplits(builder.as_data_source("train"), builder.as_data_source("validation"),
-                      fields, f"{name} ({config.data_files})", test)
+                      fields, f"{name} ({config.data_files})", test, home=str(builder.data_dir),
+                      split_names={"train": "train", "eval": "validation", "test": "test"})
   if split_setting(config, "test_fraction"):
     raise ConfigError(f"test_fraction={config.test_fraction} holds out a test split of a local "
                       f"corpus (text_files, parallel_text), not of {name!r}; set it to 0.")
@@ -143,19 +151,24 @@ def open_splits(config: Any) -> TextSplits:
       raise ConfigError(f"source_lang and target_lang are both {config.source_lang!r}; set them "
                        "to the two languages of the pair.")
     eval_split = config.get("eval_split") or "validation"
-    return TextSplits(_tfds_split(name, train_split, data_dir),
-                      _tfds_split(name, eval_split, data_dir),
-                      {"inputs": config.source_lang, "targets": config.target_lang}, name)
+    train = _tfds_split(name, train_split, data_dir)
+    return TextSplits(train, _tfds_split(name, eval_split, data_dir),
+                      {"inputs": config.source_lang, "targets": config.target_lang}, name,
+                      home=str(train.dataset_info.data_dir),
+                      split_names={"train": train_split, "eval": eval_split})
   if name in _LM_MODULES:
     module, default_eval = _LM_MODULES[name]
     importlib.import_module(module)
     eval_split = config.get("eval_split") or default_eval
     train = _tfds_split(name, train_split, data_dir)
     evaluation = _tfds_split(name, eval_split, data_dir)
+    home, reading = str(train.dataset_info.data_dir), {}
     if name == "tiny_shakespeare":  # one huge string per split
       train = Documents(train, "text", config.text_split, f"{name}/{train_split}")
       evaluation = Documents(evaluation, "text", config.text_split, f"{name}/{eval_split}")
-    return TextSplits(train, evaluation, {"targets": "text"}, name)
+      reading = {"text_split": config.text_split}
+    return TextSplits(train, evaluation, {"targets": "text"}, name, home=home,
+                      split_names={"train": train_split, "eval": eval_split}, reading=reading)
   raise ConfigError(f"Unknown dataset {name!r}.")
 
 

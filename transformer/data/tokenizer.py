@@ -148,6 +148,12 @@ class SentencePieceTokenizer(Tokenizer):
                        "train it with pad_id=0 eos_id=1 unk_id=2 bos_id=-1, or let the "
                        "pipeline train one (remove tokenizer.path).")
 
+  def __getstate__(self) -> dict[str, Any]:  # the processes that build a token store
+    return {"proto": self._proto}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__init__(state["proto"])
+
   @property
   def vocab_size(self) -> int:
     return self._sp.get_piece_size()

@@ -13,11 +13,13 @@ Model FLOPs: `transformer.model_summary` (the one formula, also in every run's s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
 import pathlib
 import statistics
+import tempfile
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -36,9 +38,9 @@ from transformer.inference import decoding
 from transformer.model_summary import train_flops
 from transformer.research import chips
 from transformer.token_ids import EOS_ID
-from transformer.training import experiment, run, sharding
+from transformer.training import experiment, loop, run, sharding, writers
 
-MODES = ("train", "eval", "decode", "data", "diagnostics")
+MODES = ("train", "eval", "decode", "data", "loop", "diagnostics")
 # The held-out batches the loop's scale diagnostics average over (the experiment default).
 DIAGNOSTICS_BATCHES = experiment.base_config().diagnostics_batches
 
@@ -114,27 +116,34 @@ class _Bench:
   config: ml_collections.ConfigDict
   run: run.Run
   host: dict[str, np.ndarray]
-  batch: Any
+  batch: Any  # a training batch (packed rows where the config packs)
   state: Any
   steps: int
   repeats: int
   peak: float  # measured matmul FLOP/s
 
   @property
+  def eval_batch(self) -> Any:
+    """The batch as evaluation reads it: one example a row (never packed)."""
+    return {k: self.batch[k] for k in self.run.model.batch_keys}
+
+  @property
   def tokens_per_step(self) -> int:
-    return self.config.batch_size * self.config.max_len * len(self.host)
+    return self.config.batch_size * self.config.max_len * len(self.run.model.batch_keys)
 
 
 def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: int = 3,
               repeats: int = 3, *, diagnostics_every: int = 100, decode_batch: int = 1,
-              decode_tokens: int = 256, profile_dir: Optional[str] = None) -> dict[str, Any]:
-  """The figures of `modes` ('train', 'eval', 'decode', 'data', 'diagnostics') for an
+              decode_tokens: int = 256, profile_dir: Optional[str] = None,
+              loop_steps: int = 200) -> dict[str, Any]:
+  """The figures of `modes` ('train', 'eval', 'decode', 'data', 'loop', 'diagnostics') for an
   experiment config on this machine's local devices (module docstring); a JSON-ready dict.
 
   Every timing is the median of `repeats`, after compilation; a train timing runs `steps`
   steps. The batch is random full-length tokens, so every counted FLOP is real work. With
   `profile_dir`, `steps` more train steps run after the timings under jax.profiler, traced
-  into that directory (TensorBoard's profile plugin or Perfetto open it).
+  into that directory (TensorBoard's profile plugin or Perfetto open it). 'loop' runs the
+  training loop itself for `loop_steps` steps (`loop_figures`) beside the train step's timing.
   """
   unknown = sorted(set(modes) - set(MODES))
   if unknown or not modes:
@@ -142,9 +151,11 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
                       if unknown else f"No benchmark mode given; use any of {list(MODES)}.")
   if min(steps, repeats) < 1:
     raise ConfigError(f"steps={steps} and repeats={repeats} must each be >= 1.")
+  if set(modes) == {"data"}:  # the host's pipeline alone: no model to build
+    return {"device": "the host's CPU", "data": pipeline.measure_throughput(config, 10.0)}
   bench, result = _setup(config, steps, repeats)
   compiled = None
-  if "train" in modes or "diagnostics" in modes:
+  if {"train", "diagnostics", "loop"} & set(modes):
     compiled = _train(bench, result, profile_dir)
   if "diagnostics" in modes:  # the training loop's diagnostics every N steps, against none
     result["diagnostics"] = _diagnostics(bench, compiled, diagnostics_every)
@@ -154,10 +165,12 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
                                           model_type=config.model_type)
   if "data" in modes:  # the host input pipeline alone, on the config's own data
     result["data"] = pipeline.measure_throughput(config, 10.0)
+  if "loop" in modes:  # the real loop beside the step
+    result["loop"] = loop_figures(config, loop_steps, result["train_step_seconds"])
   if "eval" in modes:
     eval_fn = bench.run.steps.eval
     seconds = statistics.median(time_call(
-        lambda: eval_fn(bench.state.params, bench.batch).loss_sum, repeats))
+        lambda: eval_fn(bench.state.params, bench.eval_batch).loss_sum, repeats))
     result.update(eval_tokens_per_sec=bench.tokens_per_step / seconds)
   return result
 
@@ -171,6 +184,8 @@ def _setup(config: ml_collections.ConfigDict, steps: int,
   B, L = config.batch_size, config.max_len
   rng = np.random.default_rng(0)
   host = {k: rng.integers(3, cfg.vocab_size, (B, L)).astype(np.int32) for k in model.batch_keys}
+  if (config.get("packing") or "none") != "none":
+    host.update(packed_rows(model.batch_keys, B, L))
   peak = matmul_peak(cfg.dtype, repeats=repeats)
   bench = _Bench(config, r, host, sharding.global_batch(host, r.mesh), r.state, steps, repeats,
                  peak)
@@ -181,10 +196,23 @@ def _setup(config: ml_collections.ConfigDict, steps: int,
       "vocab_from": r.experiment.vocab_from,
       "scan_layers": cfg.scan_layers, "remat": cfg.remat,
       "params": int(sum(x.size for x in jax.tree_util.tree_leaves(r.state.params))),
-      "model_flops_per_token": _train_flops(bench, 1) / (L * len(host)),
+      "model_flops_per_token": _train_flops(bench, 1) / (L * len(model.batch_keys)),
       "matmul_peak_tflops": peak / 1e12,
   }
   return bench, result
+
+
+def packed_rows(keys: Sequence[str], batch_size: int, length: int,
+                segments: int = 4) -> dict[str, np.ndarray]:
+  """KEY_segmentation and KEY_position of rows packed with `segments` examples each, full: a
+  packed config's train step takes these (its attention masks by segment), so the benchmark
+  times the program the loop runs."""
+  piece = max(length // segments, 1)
+  segmentation = np.minimum(np.arange(length) // piece, segments - 1) + 1
+  position = np.arange(length) - (segmentation - 1) * piece
+  rows = lambda row: np.broadcast_to(row, (batch_size, length)).astype(np.int32)  # noqa: E731
+  return {f"{k}_{name}": rows(row) for k in keys
+          for name, row in (("segmentation", segmentation), ("position", position))}
 
 
 def _train_flops(bench: _Bench, batch_size: int) -> float:
@@ -228,6 +256,42 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
   return compiled
 
 
+def loop_figures(config: ml_collections.ConfigDict, steps: int,
+                 step_seconds: float) -> dict[str, float]:
+  """The training loop itself (`loop.train_and_evaluate`: the config's data through its
+  pipeline, the real step, a log line every config.log_every_steps) for `steps` steps in a
+  temporary workdir, on the local devices, against the train step alone (`step_seconds`).
+
+  Evaluation, diagnostics and checkpoints are off until the last step (their time is not
+  training's). The loop's pace is read from its train records after the first window (the
+  one that compiles): steps_per_sec, beside the step's own (1 / step_seconds), their ratio
+  (1.0: the loop runs at the step's pace), and the host's time per step inside the loop
+  (`host_ms_per_step`) and the part of it waiting for batches (`input_ms_per_step`).
+  """
+  every = min(config.log_every_steps, max(steps // 4, 1))
+  if steps < 2 * every:
+    raise ConfigError(f"--loop_steps={steps} leaves no window after the first (which compiles); "
+                      f"run at least {2 * every} steps.")
+  config = copy.deepcopy(config)
+  config.update(num_train_steps=steps, log_every_steps=every, eval_every_steps=steps,
+                checkpoint_every_steps=steps, diagnostics_every_steps=0, bleu_every_steps=0,
+                profile_steps="")
+  with tempfile.TemporaryDirectory(prefix="benchmark-loop-") as workdir:
+    loop.train_and_evaluate(config, workdir, devices=jax.local_devices())
+    records = writers.read_metrics(workdir, "train")[1:]
+  counts = [r["step"] - r["first_step"] + 1 for r in records]
+  seconds = sum(n / r["steps_per_sec"] for n, r in zip(counts, records))
+  steps_per_sec = sum(counts) / seconds
+
+  def mean(field: str) -> float:
+    return sum(n * r[field] for n, r in zip(counts, records)) / sum(counts)
+
+  return {"steps": steps, "log_every_steps": every, "timed_steps": sum(counts),
+          "steps_per_sec": steps_per_sec, "step_alone_steps_per_sec": 1.0 / step_seconds,
+          "ratio": steps_per_sec * step_seconds, "host_ms_per_step": mean("host_ms_per_step"),
+          "input_ms_per_step": mean("input_ms_per_step")}
+
+
 def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
   """`every` train steps with the loop's diagnostics at their end, against the same steps
   without: the diagnostics' overhead."""
@@ -243,7 +307,8 @@ def _diagnostics(bench: _Bench, compiled: Any, every: int) -> dict[str, float]:
     if with_diagnostics:  # (the loop copies just before the diagnosed step; same cost)
       grads = bench.run.steps.grads(old, bench.batch, jax.random.fold_in(key, 0))
       diagnostics.training_diagnostics(model, old, bench.state.params, grads,
-                                       [bench.batch] * DIAGNOSTICS_BATCHES, counts.frequency())
+                                       [bench.eval_batch] * DIAGNOSTICS_BATCHES,
+                                       counts.frequency())
     return metrics["loss_sum"]
 
   without = statistics.median(time_call(lambda: train_steps(False), bench.repeats))

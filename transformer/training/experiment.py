@@ -43,9 +43,10 @@ def _placeholder_type(field: dataclasses.Field) -> type:
   return str
 
 
-# Fields that only advise the user (said when data is missing): they change nothing a run
-# computes, so a stored point whose config differs in them alone is the same point.
-ADVICE_FIELDS = ("data_help",)
+# Fields that change nothing a run computes, so a stored point whose config differs in them
+# alone is the same point: advice to the user (said when data is missing), and how fast the
+# input is made (tests/test_batch_identity.py: the same batches whatever they are).
+INERT_FIELDS = ("data_help", *settings.READ_DEFAULTS)
 
 
 def model_fields(recipe: str = "vaswani2017", **overrides: Any) -> ml_collections.ConfigDict:
@@ -209,7 +210,7 @@ _AT_LEAST_ONE = ("num_train_steps", "batch_size", "max_len", "log_every_steps",
                  "eval_every_steps", "checkpoint_every_steps", "tokenizer.train_examples",
                  "diagnostics_batches")
 _AT_LEAST_ZERO = ("diagnostics_every_steps", "bleu_every_steps", "num_decode_examples",
-                  "loss_chunk_size", "warmup_steps")
+                  "loss_chunk_size", "warmup_steps", "data_threads", "data_prefetch")
 
 
 def profile_window(config: ml_collections.ConfigDict) -> Optional[tuple[int, int]]:

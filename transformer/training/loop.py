@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import time
 from typing import Any, Iterator, Optional, Sequence
 
 import jax
@@ -169,7 +170,9 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
         if signals.should_stop(step):  # every process asks at every step: they stop together
           break
         profile.step_begins(step)
-        window.add(_train_step(job, step))
+        began = time.perf_counter()
+        metrics, waited = _train_step(job, step)
+        window.add(metrics, host_seconds=time.perf_counter() - began, input_seconds=waited)
         if step == job.run.start_step:
           bar.unpause()  # the first step compiles: the rate and ETA count from after it
         step += 1
@@ -188,6 +191,7 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
     finally:
       bar.close()
       profile.close()
+      getattr(job.train_iter, "close", lambda: None)()  # its prefetch thread
       _close(job.run.checkpointer, job.writer, failed)
     final["step"] = step
     return final
@@ -235,9 +239,12 @@ def _logs_above_the_bar() -> Iterator[None]:
     handler.setStream(stream)
 
 
-def _train_step(job: _Training, step: int) -> dict[str, jax.Array]:
-  """One step from `step` (and the diagnostics due at it); returns its device metrics."""
+def _train_step(job: _Training, step: int) -> tuple[dict[str, jax.Array], float]:
+  """One step from `step` (and the diagnostics due at it); returns its device metrics and the
+  seconds the host waited for its batch."""
+  began = time.perf_counter()
   host_batch = next(job.train_iter)
+  waited = time.perf_counter() - began
   batch = sharding.global_batch(host_batch, job.run.mesh)
   every = job.run.config.diagnostics_every_steps
   diagnose = every and (step + 1) % every == 0
@@ -252,7 +259,7 @@ def _train_step(job: _Training, step: int) -> dict[str, jax.Array]:
     grads = job.run.steps.grads(old_params, batch, jax.random.fold_in(job.train_rng, step))
     job.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
         job.run.model, old_params, job.state.params, grads, job.heldout, job.counts.frequency()))
-  return metrics
+  return metrics, waited
 
 
 def _log_and_save(job: _Training, step: int, window: MetricWindow, bar: tqdm,

@@ -15,6 +15,10 @@ Fields:
   hidden_lr_scale  multiplies the updates of the blocks' weight matrices alone (attention and
                    feed-forward kernels; not the embedding, the readout, biases or norms):
                    muP's Adam rule (Yang et al. 2022) with base_d_model / d_model; 1 = off
+  embed_learning_rate  the token embedding's own peak rate, on the same schedule (its updates
+                   scaled by embed_learning_rate / learning_rate): muP's Adam rule keeps the
+                   embedding's rate fixed across widths while the blocks' falls as 1/width; a
+                   tied embedding is the readout too; 0 = off (the global rate)
   grad_accum_steps split each batch into this many micro-batches whose gradients are summed
                    before the one update (transformer.training.steps); 1 = off
 
@@ -64,6 +68,7 @@ def default_optimizer_fields() -> dict[str, Any]:
       grad_clip_norm=0.0,
       grad_accum_steps=1,
       hidden_lr_scale=1.0,
+      embed_learning_rate=0.0,
   )
 
 
@@ -101,6 +106,10 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
           and math.isfinite(config.hidden_lr_scale) and config.hidden_lr_scale > 0):
     raise ConfigError(f"hidden_lr_scale must be a finite number > 0 (1 = off), got "
                       f"{config.hidden_lr_scale!r}.")
+  if not (isinstance(config.embed_learning_rate, (int, float))
+          and math.isfinite(config.embed_learning_rate) and config.embed_learning_rate >= 0):
+    raise ConfigError(f"embed_learning_rate must be a finite number >= 0 (0 = off), got "
+                      f"{config.embed_learning_rate!r}.")
   if config.grad_clip_norm is not None and config.grad_clip_norm < 0:
     raise ConfigError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
   check_schedule(config.schedule, config.warmup_steps, config.num_train_steps)

@@ -45,24 +45,35 @@ def _hidden_mask(params: Any) -> Any:
   return jax.tree_util.tree_map_with_path(hidden, params)
 
 
+def _embedding_mask(params: Any) -> Any:
+  # The token embedding table ('embedding' of the models' TokenEmbedding), not the positions'.
+  return jax.tree_util.tree_map_with_path(
+      lambda path, p: str(getattr(path[-1], "key", getattr(path[-1], "name", ""))) == "embedding",
+      params)
+
+
 def at_peak(config: ml_collections.ConfigDict, peak: Union[float, jax.Array]) -> OptimizerAtPeak:
   """(optimizer, schedule) of `config` with the peak learning rate `peak`. The train step
   builds them from its learning-rate argument, so that the rate is an input of the compiled
   program, not a constant in it: the points of a sweep that differ only in their rate (or
   seed) run one compiled step. The optimizer state does not depend on the peak."""
   schedule = learning_rate_fn(config, peak)
-  return make_optimizer(config, schedule), schedule
+  return make_optimizer(config, schedule, peak), schedule
 
 
 def make_optimizer(config: ml_collections.ConfigDict,
-                   schedule: Optional[optax.Schedule] = None) -> optax.GradientTransformation:
+                   schedule: Optional[optax.Schedule] = None,
+                   peak: Optional[Union[float, jax.Array]] = None) -> optax.GradientTransformation:
   """The optimizer for `config` (fields in the module docstring), on `schedule` when the
-  caller has built it (`learning_rate_fn`: one schedule for the updates and the logs).
+  caller has built it (`learning_rate_fn`: one schedule for the updates and the logs), whose
+  peak is `peak` (default config.learning_rate).
 
-  Order: [clip_by_global_norm] -> optimizer -> [hidden_lr_scale on the blocks' kernels].
-  Gradient accumulation happens before, in the train step, so clipping and the update see the
-  gradient of the whole batch. At hidden_lr_scale 1 no transform is added, so the optimizer
-  state (and every checkpoint of it) is what it was without the field.
+  Order: [clip_by_global_norm] -> optimizer -> [hidden_lr_scale on the blocks' kernels] ->
+  [embed_learning_rate / peak on the token embedding]. Gradient accumulation happens before,
+  in the train step, so clipping and the update see the gradient of the whole batch. At
+  hidden_lr_scale 1 and embed_learning_rate 0 no transform is added, so the optimizer state
+  (and every checkpoint of it) is what it was without the fields. Scaling Adam's update by c
+  is its rate times c, so the embedding follows the schedule's shape at its own peak.
   """
   lr = learning_rate_fn(config) if schedule is None else schedule
   name = config.optimizer
@@ -81,6 +92,9 @@ def make_optimizer(config: ml_collections.ConfigDict,
 
   if config.hidden_lr_scale != 1:
     opt = optax.chain(opt, optax.masked(optax.scale(config.hidden_lr_scale), _hidden_mask))
+  if config.embed_learning_rate:
+    ratio = config.embed_learning_rate / (config.learning_rate if peak is None else peak)
+    opt = optax.chain(opt, optax.masked(optax.scale(ratio), _embedding_mask))
   if config.grad_clip_norm:
     opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
   return opt

@@ -24,6 +24,7 @@ from transformer import checkpoint, model_kinds, models
 from transformer.attention import step_kernel
 from transformer.config import ModelConfig
 from transformer.errors import ConfigError, TrainingError
+from transformer.model_summary import train_flops
 from transformer.training import experiment, sharding, steps
 from transformer.training.state import TrainState
 
@@ -74,6 +75,14 @@ def random_model(model_type: str, model_config: ModelConfig,
   rows = {k: np.ones((1, 8), np.int32) for k in model.batch_keys}
   return model, jax.jit(models.init_params, static_argnums=0)(model, jax.random.PRNGKey(seed),
                                                                rows)
+
+
+def step_flops(config: ml_collections.ConfigDict | experiment.Experiment) -> float:
+  """Analytic train FLOPs of one step of an experiment (model_summary's formula: 3 x the
+  forward pass of batch_size rows of max_len), from its config alone."""
+  exp = experiment.parse(config)
+  model = build_model(exp.config.model_type, exp.model)
+  return train_flops(models.row_flops(model, exp.config.max_len), exp.config.batch_size)
 
 
 def rngs(config: ml_collections.ConfigDict) -> tuple[jax.Array, jax.Array]:

@@ -25,6 +25,9 @@ from transformer.errors import RunError
 from transformer.training import losses, sharding
 
 METRICS_FILE = "metrics.jsonl"
+# The fields of a train record that time the loop rather than describe the model: a resumed
+# run repeats every other field exactly.
+TIMING_FIELDS = ("tokens_per_sec", "steps_per_sec", "host_ms_per_step", "input_ms_per_step")
 
 
 def _number(v: Any) -> Optional[float]:
@@ -35,7 +38,12 @@ def _number(v: Any) -> Optional[float]:
 class MetricWindow:
   """The train metrics of the steps since the last log step: they stay on the device until
   `summary`, which sums them on the host into the logged means, the window's worst step and
-  its throughput. A non-finite loss in it calls `on_nonfinite(step)` (which raises)."""
+  its throughput. A non-finite loss in it calls `on_nonfinite(step)` (which raises).
+
+  Beside the throughput, the loop's own time: `host_ms_per_step`, the host's time inside a
+  step's call (its batch, placing it, dispatching the step; a diagnostics step's work too),
+  and `input_ms_per_step`, the part of it spent waiting for the batch. Where the host keeps
+  ahead of the chip, steps_per_sec is the chip's pace and input_ms_per_step is near 0."""
 
   def __init__(self, on_nonfinite: Callable[[int], None]):
     self._pending: list[Any] = []
@@ -44,6 +52,7 @@ class MetricWindow:
 
   def _restart(self) -> None:
     self._timer, self._paused = time.perf_counter(), 0.0
+    self._host_seconds = self._input_seconds = 0.0
 
   @contextlib.contextmanager
   def paused(self) -> Iterator[None]:
@@ -60,8 +69,11 @@ class MetricWindow:
     first_step..step (shorter than log_every_steps after a resume inside a window)."""
     return step - len(self._pending) + 1
 
-  def add(self, metrics: Mapping[str, Any]) -> None:
+  def add(self, metrics: Mapping[str, Any], *, host_seconds: float = 0.0,
+          input_seconds: float = 0.0) -> None:
     self._pending.append(metrics)
+    self._host_seconds += host_seconds
+    self._input_seconds += input_seconds
 
   def __len__(self) -> int:
     return len(self._pending)
@@ -91,6 +103,8 @@ class MetricWindow:
     out["grad_norm_step_max"] = max(float(m["grad_norm"]) for m in fetched)
     out["tokens_per_sec"] = float(total.weight_sum) / max(elapsed, 1e-9)
     out["steps_per_sec"] = len(fetched) / max(elapsed, 1e-9)
+    out["host_ms_per_step"] = 1e3 * self._host_seconds / max(len(fetched), 1)
+    out["input_ms_per_step"] = 1e3 * self._input_seconds / max(len(fetched), 1)
     self._restart()
     return out
 

@@ -9,7 +9,8 @@
   contrasts.py  signed sums of arms across a sweep or two, by seed (docs/contrasts.md)
 """
 
-from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
+from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, UNSET, FailureRule,
+                                              Point, Sweep,
                                               check_sweep, expand, headline_arms, is_finished,
                                               load_sweep, point_config, point_dir, set_field)
 from transformer.research.sweeps.report import aggregate
@@ -22,7 +23,7 @@ from transformer.research.sweeps.tuning import (Paired, best_per_arm, holm, pair
                                                 paired_differences, searched_values, t_interval,
                                                 test_set_se)
 
-__all__ = ["POINTS_DIR", "RESULT_FILE", "LOCK_FILE", "Point", "Sweep", "aggregate", "best_per_arm",
+__all__ = ["POINTS_DIR", "RESULT_FILE", "UNSET", "FailureRule", "LOCK_FILE", "Point", "Sweep", "aggregate", "best_per_arm",
            "check_sweep", "headline_arms", "paired_differences", "searched_values", "t_interval",
            "claim", "expand", "fit_slopes", "is_finished", "launch_lines", "length_losses",
            "load_results", "load_sweep", "metric_value", "point_config", "point_dir",

@@ -5,7 +5,9 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   base              the experiment config every point starts from (a configs/*.py path)
   fixed             {dotted field: value} applied to every point
   axes              a list of {dotted field: [values]}; fields of one axis move together
-                    (zipped), the axes are crossed (product)
+                    (zipped), the axes are crossed (product); a value UNSET leaves the field
+                    at the base's value and out of the arm's settings and name (a field that
+                    only some arms set; None is a value like any other)
   seeds             config.seed of each repeat (initialisation, dropout, data order)
   metrics           what the table shows: result keys, fnmatch patterns allowed;
                     'max:PATTERN' / 'mean:PATTERN' reduce the matching keys (default mean)
@@ -53,6 +55,9 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     place of `tune`'s grid (extended at an edge as usual); a single value runs
                     the arm there only, neither searched nor extended (a control at another
                     arm's chosen rate)
+  failure           optional FailureRule, fixed before the runs: a finished run it judges
+                    stalled or with a dead layer counts as failed, like a diverged one (never
+                    chosen, left out of every mean, counted per arm and value in the tables)
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -73,6 +78,41 @@ from transformer.training import experiment
 
 POINTS_DIR = "points"
 RESULT_FILE = "result.json"
+
+
+class _Unset:
+  """An axis value that leaves its field out of an arm (the base's value, not in the name)."""
+
+  def __repr__(self) -> str:
+    return "UNSET"
+
+  def __reduce__(self) -> str:  # a copy or a pickle is the one UNSET
+    return "UNSET"
+
+
+UNSET = _Unset()
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureRule:
+  """When a run that finished with finite losses still failed, read off what it recorded:
+
+  stalled     its last train record's loss is not below (1 - min_fall) x the loss of its
+              train record at step `stall_step` (it stopped learning after that step)
+  dead layer  at its last diagnostics record, a layer's gradient norm
+              ('final/grad_norm/decoder/layer_*' and encoder's) is below `dead_ratio` x the
+              largest layer's (the layer no longer learns: an attention entropy collapse ends
+              so, Zhai et al. 2023)
+  """
+  stall_step: int
+  min_fall: float = 0.05
+  dead_ratio: float = 1e-3
+
+  def describe(self) -> str:
+    return (f"a run failed if its loss diverged (non-finite), if its last train loss is not "
+            f"{self.min_fall:.0%} below its train loss at step {self.stall_step} (stalled), or if "
+            f"at its last diagnostics a layer's gradient norm is below {self.dead_ratio:g} of "
+            "the largest layer's (a dead layer)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +145,13 @@ class Sweep:
   arm_values: dict[str, list[float]] = dataclasses.field(default_factory=dict)
   pairs: tuple[tuple[str, str], ...] = ()
   trend: Optional[str] = None
+  failure: Optional[FailureRule] = None
+
+  @property
+  def not_ok(self) -> str:
+    """What the tables call a run that did not finish well: 'diverged', or 'failed' with a
+    failure rule (diverged, stalled or with a dead layer)."""
+    return "failed" if self.failure else "diverged"
 
   @property
   def tuned_field(self) -> Optional[str]:
@@ -249,6 +296,11 @@ def _check_reporting(sweep: Sweep) -> None:
                       "interval needs two seeds).")
   if sweep.sensitivity_cap is not None and not sweep.tune:
     raise ConfigError("sensitivity_cap reads the learning-rate curve: it needs `tune`.")
+  rule = sweep.failure
+  if rule is not None and not (isinstance(rule, FailureRule) and rule.stall_step > 0
+                               and 0 <= rule.min_fall < 1 and rule.dead_ratio > 0):
+    raise ConfigError(f"failure={rule!r} needs a FailureRule with stall_step > 0, min_fall in "
+                      "[0, 1) and dead_ratio > 0.")
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")
@@ -287,21 +339,42 @@ def _check_values(sweep: Sweep) -> None:
   # Every value the points will set, on a copy of the base: a value of the wrong type is one
   # line now, before any point's directory is made.
   for field, value in list(sweep.fixed.items()) + [(f, v) for a in sweep.axes
-                                                   for f, values in a.items() for v in values]:
+                                                   for f, values in a.items() for v in values
+                                                   if v is not UNSET]:
     set_field(base, field, value)
+  rule = sweep.failure
+  if rule and (rule.stall_step % base.log_every_steps or
+               rule.stall_step >= base.num_train_steps):
+    raise ConfigError(f"failure.stall_step={rule.stall_step} must be a logged step "
+                      f"(a multiple of log_every_steps={base.log_every_steps}) before the last "
+                      f"({base.num_train_steps}): the rule reads the train record there.")
 
 
 Overrides = tuple[tuple[str, Any], ...]
 
 
 def arms(sweep: Sweep) -> list[Overrides]:
-  """The settings of the axes: the product of the axes (each axis zipped), in grid order."""
+  """The settings of the axes: the product of the axes (each axis zipped), in grid order; a
+  field whose value is UNSET is left out (the base's value)."""
   per_axis = []
   for axis in sweep.axes:
     fields = list(axis.keys())
     per_axis.append([tuple(zip(fields, values)) for values in zip(*(axis[f] for f in fields))])
-  return [tuple(kv for axis_values in combo for kv in axis_values)
+  return [tuple(kv for axis_values in combo for kv in axis_values if kv[1] is not UNSET)
           for combo in itertools.product(*per_axis)]
+
+
+def axis_fields(sweep: Sweep) -> list[str]:
+  return [f for axis in sweep.axes for f in axis]
+
+
+def arm_of(sweep: Sweep, overrides: Mapping[str, Any]) -> Optional[Overrides]:
+  """The arm a result's overrides belong to (its axis settings, in the axes' order), or None
+  when they set a field that is neither on an axis nor the tuned one."""
+  fields = axis_fields(sweep)
+  if not set(overrides) <= {*fields, *sweep.tune}:
+    return None
+  return tuple((k, overrides[k]) for k in fields if k in overrides)
 
 
 def arm_label(overrides: Overrides) -> str:
@@ -367,6 +440,21 @@ def point_config(sweep: Sweep, point: Point) -> ml_collections.ConfigDict:
     set_field(config, field, value)
   config.seed = point.seed
   return config
+
+
+def named_point_config(path: str, name: Optional[str] = None) -> ml_collections.ConfigDict:
+  """The config of the point called `name` of the sweep file at `path` (default: its first
+  point); one line naming the points there for a name the sweep does not hold."""
+  sweep = load_sweep(path)
+  points = expand(sweep)
+  if name is None:
+    return point_config(sweep, points[0])
+  for point in points:
+    if point.name == name:
+      return point_config(sweep, point)
+  raise ConfigError(f"Sweep {sweep.name} has no point {name!r}; its first points: "
+                    f"{', '.join(p.name for p in points[:3])} (scripts/sweep.py --dry_run lists "
+                    "them all).")
 
 
 def point_dir(workdir: str, point: Point) -> str:

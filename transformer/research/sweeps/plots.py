@@ -132,8 +132,8 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
 
 def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
   """sweep.select against the tuned value for every arm (mean ± std over seeds, log x); the
-  chosen value circled, values where a seed diverged marked x on the top edge. With
-  sweep.contrast, one panel per setting of that field (shared axes)."""
+  chosen value circled, values where a seed diverged (or failed by sweep.failure) marked x on
+  the top edge. With sweep.contrast, one panel per setting of that field (shared axes)."""
   plt = _pyplot()
   field = short_name(sweep.tuned_field)
   panels: dict[str, list[ArmBest]] = {}
@@ -172,7 +172,7 @@ def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
   name = sweep.select.rsplit("/", 1)[-1]
   axes[0][0].set_ylabel(f"{sweep.select} ({unit(name)})")
   title = (f"{sweep.name}: {sweep.select} against {field} per arm (mean ± std over seeds); "
-           "circle = chosen, x = a seed diverged")
+           f"circle = chosen, x = a seed {sweep.not_ok}")
   fig.suptitle("\n".join(textwrap.wrap(title, 80 * len(panels))), fontsize=9)
   return _save(plt, fig, out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
 

@@ -12,8 +12,9 @@ from typing import Any, Optional
 from transformer import storage
 from transformer.errors import ConfigError
 from transformer.research.sweeps import tuning
-from transformer.research.sweeps.grid import (POINTS_DIR, Sweep, arm_label, arms, expand,
-                                              format_value, point_config, short_name)
+from transformer.research.sweeps.grid import (POINTS_DIR, UNSET, Sweep, arm_label, arm_of,
+                                              arms, axis_fields, expand, format_value,
+                                              point_config, short_name)
 from transformer.research.sweeps.plots import curve_plots, fit_plot, trend_plot, tuning_plot
 from transformer.research.sweeps.stats import (cell, correlation, fit_left_out, fit_slopes,
                                                load_results, mean_std, metric_value,
@@ -25,13 +26,20 @@ def aggregate(sweep: Sweep, workdir: str,
   """Writes results.md, results.csv and plots/*.png from the stored result.json files."""
   results, points = grid_results(sweep, workdir)
   groups = ordered_groups(points, results)
-  fields = [f for axis in sweep.axes for f in axis] + list(sweep.tune)
-  rows = _rows(groups, fields, list(sweep.metrics))
+  fields = axis_fields(sweep) + list(sweep.tune)
+  failed = sweep.not_ok
+  rows = _rows(groups, fields, list(sweep.metrics), failed)
   lines = [f"# {sweep.name}", "", sweep.question, ""]
   if command:
     lines += [f"Made by `{command}` ({len(results)} of {len(points)} points finished; mean ± "
-              "standard deviation over seeds; a diverged seed is left out of the mean).", ""]
-  lines += _grid_table(rows, fields, list(sweep.metrics))
+              f"standard deviation over seeds; a {failed} seed is left out of the mean).",
+              ""]
+  if sweep.failure:
+    lines += [f"The failure rule, fixed before the runs: {sweep.failure.describe()}. A failed "
+              "run is never chosen, is left out of every mean and is counted in the 'failed' "
+              "column of its arm and value.", ""]
+  lines += _grid_table(rows, fields, list(sweep.metrics), failed)
+  lines += _failed_lines(results)
   bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
   # A fit across arms reads each arm at its own chosen value, as the tables do.
   fit_results = tuning.at_chosen_values(sweep, results, bests) if sweep.tune else results
@@ -45,7 +53,7 @@ def aggregate(sweep: Sweep, workdir: str,
     lines += [""] + [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
   storage.write_atomically(storage.join(workdir, "results.md"), "\n".join(lines) + "\n")
   storage.write_atomically(storage.join(workdir, "results.csv"),
-                           _csv(rows, fields, list(sweep.metrics)))
+                           _csv(rows, fields, list(sweep.metrics), failed))
   return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
           "expected": len(points), "bests": bests, "paired": paired, "trends": trends}
 
@@ -53,7 +61,7 @@ def aggregate(sweep: Sweep, workdir: str,
 def grid_results(sweep: Sweep, workdir: str) -> tuple[list[dict[str, Any]], list[Any]]:
   """The stored results of the grid's points (a point the grid no longer holds is left out)
   and the grid's points as the results make them; one line if there are none."""
-  results = load_results(workdir)
+  results = load_results(workdir, sweep.failure)
   if not results:
     raise ConfigError(f"No finished points under {storage.join(workdir, POINTS_DIR)}.")
   points = tuning.points(sweep, results)
@@ -65,29 +73,39 @@ def grid_results(sweep: Sweep, workdir: str) -> tuple[list[dict[str, Any]], list
   return results, points
 
 
-def _rows(groups: dict[str, list[dict]], fields: list[str],
-          metrics: list[str]) -> list[dict[str, Any]]:
+def _rows(groups: dict[str, list[dict]], fields: list[str], metrics: list[str],
+          failed: str = "diverged") -> list[dict[str, Any]]:
   """One row per group of points (a setting, all its seeds): its settings, seed counts and
   each metric's mean, std and count over the seeds that finished."""
   rows = []
   for group, members in groups.items():
     ok = [r for r in members if r["status"] == "ok"]
-    row = {"group": group, **{short_name(f): members[0]["overrides"].get(f) for f in fields},
-           "seeds": len(members), "diverged": len(members) - len(ok)}
+    row = {"group": group, **{short_name(f): members[0]["overrides"].get(f, UNSET)
+                              for f in fields},
+           "seeds": len(members), failed: len(members) - len(ok)}
     for spec in metrics:
       row[spec] = mean_std([metric_value(r["metrics"], spec) for r in ok])
     rows.append(row)
   return rows
 
 
-def _grid_table(rows: list[dict[str, Any]], fields: list[str], metrics: list[str]) -> list[str]:
-  header = [short_name(f) for f in fields] + ["seeds", "diverged"] + metrics
+def _grid_table(rows: list[dict[str, Any]], fields: list[str], metrics: list[str],
+                failed: str = "diverged") -> list[str]:
+  header = [short_name(f) for f in fields] + ["seeds", failed] + metrics
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for row in rows:
-    cells = [format_value(row[short_name(f)]) for f in fields]
-    cells += [str(row["seeds"]), str(row["diverged"])] + [cell(*row[spec]) for spec in metrics]
+    cells = ["-" if v is UNSET else format_value(v) for v in (row[short_name(f)] for f in fields)]
+    cells += [str(row["seeds"]), str(row[failed])] + [cell(*row[spec]) for spec in metrics]
     lines.append("| " + " | ".join(cells) + " |")
   return lines
+
+
+def _failed_lines(results: list[dict[str, Any]]) -> list[str]:
+  """Each run that finished but failed by the sweep's rule, with the rule's reason."""
+  failed = [r for r in results if r["status"] == "failed"]
+  if not failed:
+    return []
+  return ["", "Failed by the rule:", ""] + [f"- {r['name']}: {r['failure']}" for r in failed]
 
 
 def _fit_lines(sweep: Sweep, fit_results: list[dict[str, Any]],
@@ -164,13 +182,15 @@ def _plots(sweep: Sweep, workdir: str, curve_groups: dict[str, list[dict]],
   return plots
 
 
-def _csv(rows: list[dict[str, Any]], fields: list[str], metrics: list[str]) -> str:
+def _csv(rows: list[dict[str, Any]], fields: list[str], metrics: list[str],
+         failed: str = "diverged") -> str:
   table = io.StringIO(newline="")
   writer = csv.writer(table)
-  writer.writerow([short_name(x) for x in fields] + ["seeds", "diverged"] +
+  writer.writerow([short_name(x) for x in fields] + ["seeds", failed] +
                   [f"{m} {s}" for m in metrics for s in ("mean", "std", "n")])
   for row in rows:
-    writer.writerow([row[short_name(x)] for x in fields] + [row["seeds"], row["diverged"]] +
+    writer.writerow(["" if row[short_name(x)] is UNSET else row[short_name(x)] for x in fields] +
+                    [row["seeds"], row[failed]] +
                     [f"{v:.6g}" for m in metrics for v in row[m]])
   return table.getvalue()
 
@@ -187,8 +207,8 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
   if sweep.arm_names:
     lines += ["Arms: " + "; ".join(f"**{b.name}** = {b.arm}" for b in bests) + ".", ""]
   lines += [
-           f"Chosen on {sweep.select} (lowest mean over seeds; a value where a seed diverged is "
-           f"never chosen), reported on {sweep.report}. 'edge': the best is an end of the "
+           f"Chosen on {sweep.select} (lowest mean over seeds; a value where a seed "
+           f"{sweep.not_ok} is never chosen), reported on {sweep.report}. 'edge': the best is an end of the "
            "values searched, so the optimum may lie beyond; 'searching': values still to run; "
            "'fixed': run at one given value, not searched."
            + (f" The choice uses seeds {_seed_list(sweep.seeds)}; seeds "
@@ -203,8 +223,9 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
     flag = " (edge)" if b.on_edge else " (fixed)" if len(b.searched) == 1 else ""
     flag += "" if b.complete else " (searching)"
     best = "-" if b.best is None else format_value(b.best) + flag
+    failed = f" ({_seed_list(b.failed_seeds)} failed)" if b.failed_seeds else ""
     lines.append(f"| {b.name} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
-                 f"{b.report[2]} |")
+                 f"{b.report[2]}{failed} |")
   return lines + _paired_lines(sweep, paired, "each at its own best value")
 
 
@@ -304,7 +325,6 @@ def _correlation_lines(sweep: Sweep, at_chosen: list[dict[str, Any]],
                        bests: list[tuning.ArmBest]) -> list[str]:
   """sweep.correlations over seeds: each arm at its chosen value, then its runs pooled."""
   names = {b.arm: b.name for b in bests}
-  fields = [f for axis in sweep.axes for f in axis]
   lines = []
   for c in sweep.correlations:
     lines += ["", f"Pearson r of {c['y']} against {c['x']} over seeds, each arm at its chosen "
@@ -313,7 +333,7 @@ def _correlation_lines(sweep: Sweep, at_chosen: list[dict[str, Any]],
     by_arm: dict[str, list[tuple[float, float]]] = {}
     for r in at_chosen:
       if r["status"] == "ok":
-        arm = arm_label(tuple((f, r["overrides"].get(f)) for f in fields))
+        arm = arm_label(arm_of(sweep, r["overrides"]) or ())
         by_arm.setdefault(names.get(arm, arm), []).append(
             (metric_value(r["metrics"], c["x"]), metric_value(r["metrics"], c["y"])))
     by_arm["all arms pooled"] = [xy for pairs in by_arm.values() for xy in pairs]

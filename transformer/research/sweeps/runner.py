@@ -5,7 +5,8 @@ stopped; an unfinished point resumes from its own checkpoints).
 Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split;
 'decode/bleu' and 'test/bleu' when a seq2seq run scores BLEU),
 'init/*' and 'final/*' (the first and last diagnostics records; 'step_{S}/*' at sweep.at_steps), 'spikes/*'
-(stats.spike_stats), 'length_{f}x/loss', 'status' ('ok' or 'diverged'); beside the metrics,
+(stats.spike_stats), 'length_{f}x/loss', 'status' ('ok' or 'diverged'; a sweep's failure rule
+makes an 'ok' run 'failed' as the results are read, `stats.load_results`); beside the metrics,
 'test_rows': [NLL sum, tokens] of every test example (`test_rows`), what the report's
 intervals read the test set's own sampling error from.
 A point being run holds a lock (`filelock`, released by the OS if its process dies), so
@@ -23,10 +24,11 @@ import hashlib
 import json
 import threading
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import jax
 import ml_collections
+import numpy as np
 from absl import logging
 
 from transformer import checkpoint, storage
@@ -38,7 +40,8 @@ from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sw
                                               check_sweep, expand, is_finished, load_sweep,
                                               point_config, point_dir)
 from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
-from transformer.training import evaluate, experiment, loading, loop, steps, workdir_checks
+from transformer.training import (evaluate, experiment, loading, loop, run, steps,
+                                  workdir_checks)
 from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
@@ -265,18 +268,19 @@ def tokenizer_path(sweep: Sweep, workdir: str, config: ml_collections.ConfigDict
 
 def changed_points(sweep: Sweep, results: Sequence[dict[str, Any]]) -> list[str]:
   """The finished points of the grid whose stored config differs from the one the sweep file
-  gives them now (advice such as data_help aside), each in words with its first changed
+  gives them now (experiment.INERT_FIELDS aside), each in words with its first changed
   fields. Results from before configs were stored are taken as they are."""
   grid = {p.name: p for p in tuning.points(sweep, results)}
   changed = []
   for result in results:
     if "config" not in result or result["name"] not in grid:
       continue
-    before = workdir_checks.flat_fields(result["config"])
+    # A field added since the run reads at its default: the run as it ran (with_defaults).
+    before = workdir_checks.flat_fields(experiment.with_defaults(result["config"]).to_dict())
     now = workdir_checks.flat_fields(
         checkpoint.to_json(point_config(sweep, grid[result["name"]])))
     fields = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k)
-                    and k not in experiment.ADVICE_FIELDS)
+                    and k not in experiment.INERT_FIELDS)
     if fields:
       words = [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in fields[:3]]
       changed.append(f"{result['name']} ({', '.join(words)})")
@@ -349,7 +353,7 @@ def _claim_or_note(sweep: Sweep, workdir: str, point: Point, busy: set[str],
 def _named_points(sweep: Sweep, workdir: str, only: Optional[Iterable[str]]) -> set[str]:
   """The names in `only`, each checked to be a point of the sweep (one line if not)."""
   wanted = set(only or ())
-  unknown = wanted - {p.name for p in tuning.points(sweep, load_results(workdir))} \
+  unknown = wanted - {p.name for p in tuning.points(sweep, load_results(workdir, sweep.failure))} \
       if wanted else set()
   if unknown:
     raise ConfigError(f"No point named {sorted(unknown)[0]!r} in this sweep.")
@@ -375,7 +379,7 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
   busy: set[str] = set()  # points another process was running when we looked
   told: set[str] = set()  # the busy points already logged
   while True:
-    results = load_results(workdir)
+    results = load_results(workdir, sweep.failure)
     points = [p for p in tuning.points(sweep, results) if not wanted or p.name in wanted]
     todo = run_order(sweep, [p for p in points
                              if not is_finished(workdir, p) and p.name not in busy])
@@ -423,63 +427,125 @@ def launch_lines(sweep: Sweep, config_path: str, workdir: str,
   command = f"python scripts/sweep.py --config={config_path} --workdir={workdir}"
   if seeds:
     command += f" --seeds={','.join(str(s) for s in seeds)}"
-  lines = [f"{command} --point='{p.name}'" for p in tuning.points(sweep, load_results(workdir))
+  lines = [f"{command} --point='{p.name}'"
+           for p in tuning.points(sweep, load_results(workdir, sweep.failure))
            if not is_finished(workdir, p)]
   lines.append(f"{command} --aggregate_only")
   return lines
 
 
-def plan(sweep: Sweep, workdir: str, step: dict[str, Any]) -> str:
+@dataclasses.dataclass(frozen=True)
+class Pace:
+  """How long a point should take: `seconds(config, first)` for a point of `config` (`first`:
+  the first of its arm, which compiles) -> (seconds, a qualifier of them or ''), and the words
+  the plan's head says of it."""
+  seconds: Callable[[ml_collections.ConfigDict, bool], tuple[float, str]]
+  describe: str
+
+
+def measured_pace(sweep: Sweep) -> Pace:
+  """The benchmark's train step of the sweep's first point on this machine's devices (random
+  full-length batches): a point is its steps at that step time, plus one compilation for the
+  first of an arm (the others read its programs from the cache)."""
+  step = benchmarking.benchmark(point_config(sweep, expand(sweep)[0]), ["train"], steps=2,
+                                repeats=1)
+  mfu = f", MFU {step['mfu']:.1%}" if step.get("mfu") else ""
+  return Pace(lambda config, first: (config.num_train_steps * step["train_step_seconds"]
+                                     + (step["compile_seconds"] if first else 0.0), ""),
+              f"at {step['train_step_seconds'] * 1e3:.1f} ms a step on {step['device']}{mfu}, "
+              f"and {step['compile_seconds']:.0f} s of compilation an arm; evaluations, "
+              "diagnostics and the test split add to it")
+
+
+def _shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+  """(d_model, encoder layers, decoder layers) of the model a config builds (its recipe's
+  where the config leaves them)."""
+  model = experiment.parse(config).model
+  return model.d_model, model.num_encoder_layers, model.num_decoder_layers
+
+
+def points_pace(directories: Sequence[str]) -> Pace:
+  """The pace of points that finished in `directories` (sweep workdirs), whole points as they
+  ran (their loop, compilation, evaluations, diagnostics and test split included; a point
+  resumed after a stop counts its last call's seconds only, so it looks faster): seconds a
+  step, the median over the finished points of each model shape (d_model, layers). A shape
+  none of them ran takes the pace of the smallest measured shape with at least its FLOPs a
+  step, an upper bound ('at most': a smaller model in the same loop takes no longer); above
+  every measured shape, the largest's pace times the ratio of FLOPs a step ('est.')."""
+  per_step: dict[tuple, list[float]] = {}
+  configs: dict[tuple, ml_collections.ConfigDict] = {}
+  for directory in directories:
+    for r in load_results(directory):
+      if r.get("seconds") and r.get("step") and "config" in r:
+        config = experiment.with_defaults(r["config"])
+        per_step.setdefault(_shape(config), []).append(r["seconds"] / r["step"])
+        configs.setdefault(_shape(config), config)
+  if not per_step:
+    raise ConfigError(f"--pace_from={','.join(directories)} holds no finished point with its "
+                      "time; give a sweep workdir whose points ran (or leave it out to measure "
+                      "the step here).")
+  measured = {shape: float(np.median(v)) for shape, v in per_step.items()}
+  flops = {shape: run.step_flops(configs[shape]) for shape in measured}
+
+  def seconds(config: ml_collections.ConfigDict, first: bool) -> tuple[float, str]:
+    del first  # a measured point's time holds its compilation where it had one
+    shape = _shape(config)
+    if shape in measured:
+      return config.num_train_steps * measured[shape], ""
+    own = run.step_flops(config)
+    larger = [s for s in measured if flops[s] >= own]
+    if larger:
+      return config.num_train_steps * measured[min(larger, key=flops.get)], "at most"
+    top = max(measured, key=flops.get)
+    return config.num_train_steps * measured[top] * own / flops[top], "est."
+
+  counts = ", ".join(f"{measured[s] * 1e3:.1f} ms a step at d_model {s[0]} x {s[1] + s[2]} "
+                     f"({len(per_step[s])} points)" for s in sorted(measured))
+  return Pace(seconds, f"at the pace of the points finished in {', '.join(directories)}: "
+                       f"{counts}; a size not run there: 'at most', a larger size's pace")
+
+
+def plan(sweep: Sweep, workdir: str, pace: Pace) -> str:
   """The points still to run, in the order run_sweep takes them, each with the time it should
-  take from `step` (the benchmark's figures of a train step on this machine,
-  `measured_step`): its training steps, plus one compilation for the first point of an arm
-  (the others read its programs from the cache); then the points that open later (each arm's
-  confirm_seeds at its chosen rate, and at most extend_edges more rates an edge)."""
-  step_seconds, compile_seconds = step["train_step_seconds"], step["compile_seconds"]
-  results = load_results(workdir)
+  take at `pace` (`measured_pace`, or `points_pace` of finished points), the first point of an
+  arm with its compilation; then the points that open later (each arm's confirm_seeds at its
+  chosen rate, and at most extend_edges more rates an edge)."""
+  results = load_results(workdir, sweep.failure)
   todo = run_order(sweep, [p for p in tuning.points(sweep, results)
                            if not is_finished(workdir, p)])
   started = {arm_key(sweep, r["overrides"].items()) for r in results}
   lines, total = [], 0.0
   for n, point in enumerate(todo, 1):
     config = point_config(sweep, point)
-    seconds = config.num_train_steps * step_seconds
     arm = arm_key(sweep, point.overrides)
-    if arm not in started:
-      seconds += compile_seconds
-      started.add(arm)
+    seconds, qualifier = pace.seconds(config, arm not in started)
+    started.add(arm)
     total += seconds
     role = "reports" if point.seed in sweep.confirm_seeds else "chooses"
-    lines.append(f"{n:3d}. {point.name}  ({role}, {config.num_train_steps} steps, "
-                 f"~{seconds:.0f} s)")
+    d_model, *layers = _shape(config)
+    lines.append(f"{n:3d}. {point.name}  ({role}, d_model {d_model} x {sum(layers)}, "
+                 f"{config.num_train_steps} steps, ~{seconds:.0f} s"
+                 f"{', ' + qualifier if qualifier else ''})")
   bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
   later = sum(len(sweep.confirm_seeds) for b in bests if not b.complete)
-  mfu = f", MFU {step['mfu']:.1%}" if step.get("mfu") else ""
   head = (f"Sweep {sweep.name}: {len(results)} point(s) finished, {len(todo)} to run now "
-          f"(~{total / 60:.1f} min at {step_seconds * 1e3:.1f} ms a step on {step['device']}"
-          f"{mfu}, and {compile_seconds:.0f} s of compilation an arm; evaluations, diagnostics "
-          "and the test split add to it)")
+          f"(~{total / 60:.1f} min {pace.describe})")
   if later:
     head += (f", then {later} reporting point(s) once their arms have chosen a rate (and up to "
              f"{sweep.extend_edges} more rate(s) an edge where an arm's best is on one)")
   return "\n".join([head + ":"] + lines)
 
 
-def measured_step(sweep: Sweep) -> dict[str, Any]:
-  """The benchmark's figures (step and compile seconds, MFU, device) of a train step of the
-  sweep's first point on this machine's devices, on random full-length batches."""
-  return benchmarking.benchmark(point_config(sweep, expand(sweep)[0]), ["train"], steps=2,
-                                repeats=1)
-
-
 def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str]] = None,
                 seeds: Optional[Sequence[int]] = None, aggregate_only: bool = False,
                 print_launch: bool = False, rerun_changed: bool = False,
                 time_budget: Optional[float] = None, dry_run: bool = False,
-                compilation_cache: Optional[str] = None) -> str:
+                compilation_cache: Optional[str] = None,
+                pace_from: Optional[Sequence[str]] = None) -> str:
   """What scripts/sweep.py does: run the unfinished points (or only aggregate, or list launch
-  commands, or print the plan with each point's time measured on this machine), then rebuild
-  the report; returns the text to print. `time_budget`: seconds within which the points after
+  commands, or print the plan with each point's time at the step measured on this machine,
+  or at the pace of the finished points of `pace_from`'s workdirs), then rebuild the report;
+  returns the text to print. `time_budget`: seconds within which the points after
   the first must be expected to end (`_Budget`); `compilation_cache`: JAX's persistent
   compilation cache there (the one way points share their programs: each builds its own
   jitted functions)."""
@@ -501,7 +567,7 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
     return "\n".join(launch_lines(sweep, config_path, workdir, sweep.seeds if seeds else None))
   check_unchanged(sweep, workdir, rerun_changed and not aggregate_only and not dry_run)
   if dry_run:  # measured without the cache, so that its compile time is a compilation's
-    return plan(sweep, workdir, measured_step(sweep))
+    return plan(sweep, workdir, points_pace(pace_from) if pace_from else measured_pace(sweep))
   if compilation_cache:
     enable_compilation_cache(compilation_cache)
   if not aggregate_only:

@@ -26,7 +26,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from transformer.research.sweeps.grid import Overrides, Point, Sweep, arm_label, arms, expand
+from transformer.research.sweeps.grid import (Overrides, Point, Sweep, arm_label, arm_of, arms,
+                                              expand)
 from transformer.research.sweeps.stats import mean_std, metric_value
 
 
@@ -43,9 +44,12 @@ class ArmBest:
   select: tuple[float, float, int]  # mean, std, seeds of sweep.select at the best value
   report: tuple[float, float, int]  # the same of sweep.report
   report_by_seed: dict[int, float]
-  curve: tuple[tuple[float, float, float, int, int], ...]  # (value, mean, std, ok, diverged)
+  curve: tuple[tuple[float, float, float, int, int], ...]  # (value, mean, std, ok, not ok)
   # {seed: [[NLL sum, tokens], ...] per test example} of the reported runs that stored them.
   rows_by_seed: dict[int, list] = dataclasses.field(default_factory=dict)
+  # Reporting seeds whose run at the chosen value failed (diverged, or by sweep.failure): the
+  # reported figure is over the others, and the tables say which failed.
+  failed_seeds: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,14 +158,12 @@ def _by_value(sweep: Sweep, results: list[dict[str, Any]],
               seeds: Optional[Sequence[int]] = None) -> dict[str, dict[float, list[dict]]]:
   """{arm label: {tuned value: [results of `seeds` (default the sweep's seeds)]}}."""
   field, seeds = sweep.tuned_field, set(sweep.seeds if seeds is None else seeds)
-  # In the axes' order: result.json stores its overrides with sorted keys.
-  fields = [f for axis in sweep.axes for f in axis]
   out: dict[str, dict[float, list[dict]]] = {}
   for r in results:
     overrides = r["overrides"]
-    if field not in overrides or r["seed"] not in seeds or set(overrides) != {*fields, field}:
+    arm = arm_of(sweep, overrides)  # in the axes' order: result.json sorts its keys
+    if field not in overrides or r["seed"] not in seeds or arm is None:
       continue
-    arm = tuple((k, overrides[k]) for k in fields)
     out.setdefault(arm_label(arm), {}).setdefault(_round(overrides[field]), []).append(r)
   return out
 
@@ -230,10 +232,13 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
       if len(members) == len(sweep.seeds) and _score(sweep, members) < best_score:
         best, best_score = v, _score(sweep, members)
     chosen = [r for r in by_value.get(best, []) if r["status"] == "ok"]
-    confirmed = [r for r in confirming.get(label, {}).get(best, []) if r["status"] == "ok"]
-    confirmed = confirmed if complete else []
+    confirming_runs = confirming.get(label, {}).get(best, []) if complete else []
+    confirmed = [r for r in confirming_runs if r["status"] == "ok"]
     # fresh_report: only seeds that took no part in the choice, so it cannot favour them.
     reported = confirmed if sweep.fresh_report else chosen + confirmed
+    failed = sorted(r["seed"] for r in confirming_runs + ([] if sweep.fresh_report else
+                                                          by_value.get(best, []))
+                    if r["status"] != "ok")
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in reported}
     rows = {r["seed"]: r["test_rows"] for r in reported if r.get("test_rows")
             and sweep.report in ROWS_READ}
@@ -243,7 +248,7 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
         complete=complete,
         select=mean_std([metric_value(r["metrics"], sweep.select) for r in chosen]),
         report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve),
-        rows_by_seed=rows))
+        rows_by_seed=rows, failed_seeds=tuple(failed)))
   return out
 
 
@@ -253,10 +258,10 @@ def at_chosen_values(sweep: Sweep, results: list[dict[str, Any]],
   what a fit across arms reads (each arm at its own best rate, not one shared rate)."""
   field = sweep.tuned_field
   chosen = {b.arm: b.best for b in bests if b.best is not None}
-  fields = [f for axis in sweep.axes for f in axis]
   out = []
   for r in results:
-    arm = arm_label(tuple((k, r["overrides"].get(k)) for k in fields))
+    arm = arm_of(sweep, r["overrides"])
+    arm = None if arm is None else arm_label(arm)
     if arm in chosen and _round(r["overrides"].get(field, math.nan)) == _round(chosen[arm]):
       out.append({**r, "overrides": {k: v for k, v in r["overrides"].items() if k != field}})
   return out
@@ -266,11 +271,12 @@ def fixed_arms(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   """An untuned sweep's arms in the form of `best_per_arm` (nothing searched): sweep.report by
   seed of each arm's finished runs, for `paired_differences` against sweep.baseline or within
   sweep.contrast."""
-  fields = [f for axis in sweep.axes for f in axis]
   by_arm: dict[str, list[dict]] = {}
   for r in results:
-    if r["status"] == "ok" and set(r["overrides"]) == set(fields) and r["seed"] in sweep.seeds:
-      by_arm.setdefault(arm_label(tuple((k, r["overrides"][k]) for k in fields)), []).append(r)
+    arm = arm_of(sweep, r["overrides"])
+    if r["status"] == "ok" and arm is not None and r["seed"] in sweep.seeds and not (
+        set(sweep.tune) & set(r["overrides"])):
+      by_arm.setdefault(arm_label(arm), []).append(r)
   out = []
   for arm in arms(sweep):
     label = arm_label(arm)
