@@ -192,8 +192,8 @@ def decode_run(tmp_path_factory, tfds_dir, worker_id):
       config = tiny_experiment(tfds_dir)
       config.bleu_every_steps = 5
       config.num_decode_examples = 2
-      from transformer.training import loop  # here: most tests need no training code
-      loop.train_and_evaluate(config, str(path))
+      from transformer.training import experiment, loop  # here: most tests need no training code
+      loop.train_and_evaluate(experiment.parse(config), str(path))
       (path / "trained").touch()
   return str(path)
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 from transformer.errors import ConfigError, RunError
 from transformer.research import analysis
-from transformer.training import loading, loop, writers
+from transformer.training import experiment, loading, loop, writers
 
 
 def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
@@ -22,7 +22,7 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
   tiny_config.num_train_steps = 6
   tiny_config.eval_every_steps = 3
   tiny_config.checkpoint_every_steps = 3
-  loop.train_and_evaluate(tiny_config, workdir)
+  loop.train_and_evaluate(experiment.parse(tiny_config), workdir)
 
   records = writers.read_metrics(workdir, "diagnostics")
   assert [r["step"] for r in records] == [0, 2, 4, 6]  # step 0: the scales at init

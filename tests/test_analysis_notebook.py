@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from conftest import FAST_COMPILE, REPO
-from transformer.training import loop
+from transformer.training import experiment, loop
 
 NOTEBOOK = REPO / "docs" / "analysis.ipynb"
 FIGURES = 6  # ratio by frequency, ratio over training, attention maps, entropy, Var(q.k), log Z
@@ -25,7 +25,7 @@ def test_the_notebook_runs_top_to_bottom_on_a_tiny_run(tiny_config, tmp_path, mo
   workdir = str(tmp_path / "run")
   tiny_config.diagnostics_every_steps = 2
   tiny_config.num_train_steps = 4
-  loop.train_and_evaluate(tiny_config, workdir)
+  loop.train_and_evaluate(experiment.parse(tiny_config), workdir)
 
   monkeypatch.setenv("ANALYSIS_WORKDIR", workdir)  # the kernel inherits the environment
   monkeypatch.setenv("XLA_FLAGS", FAST_COMPILE)  # one device (enough) and the fast compile

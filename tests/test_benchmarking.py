@@ -15,6 +15,7 @@ from transformer.config import ModelConfig
 from transformer.research import benchmarking
 from transformer.research.sweeps import grid
 from transformer.training import run
+from transformer.inference.decode_config import DecodeConfig
 
 
 def test_matmul_peak_is_positive(devices):
@@ -118,7 +119,7 @@ def test_the_uncached_path_decodes_the_cached_paths_tokens(model_type):
                               {"inputs": inputs, "targets": jnp.ones((2, 8), jnp.int32)})
   compile_widths, uncached = benchmarking._uncached_greedy(model, params, inputs, 8, bucket=4)
   compile_widths()
-  cached = decoding.decode(model, params, inputs, decoding.DecodeConfig(
+  cached = decoding.decode(model, params, inputs, DecodeConfig(
       method="greedy", eos_id=-1, extra_len=8), out_limit=jnp.full((2,), 8, jnp.int32))[0]
   np.testing.assert_array_equal(uncached(), np.asarray(cached)[:, :8])
 

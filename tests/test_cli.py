@@ -10,7 +10,7 @@ import pytest
 from absl import app
 
 from transformer import cli, errors
-from transformer.inference import decoding
+from transformer.inference.decode_config import DecodeConfig
 
 
 def _boundary(main, capsys):
@@ -197,4 +197,4 @@ def test_the_decoding_flags_build_a_decode_config():
   values = flags.FlagValues()  # a registry of its own: the scripts' FLAGS stay untouched
   build = cli.define_decode_flags(default_method="greedy", flag_values=values)
   values(["prog", "--beam_size=3", "--alpha=0.2"])
-  assert build() == decoding.DecodeConfig(method="greedy", beam_size=3, alpha=0.2)
+  assert build() == DecodeConfig(method="greedy", beam_size=3, alpha=0.2)

@@ -316,12 +316,12 @@ def test_splash_compiles_for_head_dims_and_lengths_cudnn_refuses(tpu, head_dim, 
 
 
 def test_an_explicit_kernel_is_checked_against_the_target_devices_not_this_host(tpu):
-  """run.check_devices asks the platform of the devices it is given (a TPU slice compiled for
+  """run.device_mesh asks the platform of the devices it is given (a TPU slice compiled for
   from this CPU host): cudnn is refused naming the TPU, splash is taken."""
   devices, _ = compile_report.target_devices(TARGET)
   config = _tiny(1)
   config.model.attention_impl = "cudnn"
   with pytest.raises(ConfigError, match="JAX runs on tpu"):
-    run.check_devices(config, devices)
+    run.device_mesh(experiment.parse(config), devices)
   config.model.attention_impl = "splash"
-  run.check_devices(config, devices)
+  run.device_mesh(experiment.parse(config), devices)

@@ -32,8 +32,16 @@ def test_documents_are_paragraphs_or_lines_with_their_first_line_as_origin(tmp_p
   assert corpus_files.documents(path, "line") == [
       ("a1", f"{path}:1"), ("a2", f"{path}:2"), ("b1", f"{path}:5"), ("c1", f"{path}:7"),
       ("c2", f"{path}:8"), ("c3", f"{path}:9")]
-  with pytest.raises(ValueError, match="text_split='words' is not one of"):
-    corpus_files.documents(path, "words")
+
+
+@pytest.mark.parametrize("text_split, eval_fraction, message", [
+    ("words", 0.1, "text_split='words' is not one of"),
+    ("line", 1.0, "eval_fraction=1.0 must be in (0, 1)"),
+    ("line", 0.0, "eval_fraction=0.0 must be in (0, 1)")])
+def test_the_split_settings_are_one_line(text_split, eval_fraction, message):
+  with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    corpus_files.check_split_settings(text_split, eval_fraction)
+  corpus_files.check_split_settings("paragraph", None)  # eval_files given: no fraction
 
 
 def test_resolve_files_takes_globs_directories_and_lists_in_order(corpus):
@@ -83,7 +91,6 @@ def test_hold_out_is_seeded_and_drops_train_copies_of_held_out_text():
 
 @pytest.mark.parametrize("docs,fraction,message", [
     (["x"], 0.1, "f holds 1 document(s), too few for a train and a validation split"),
-    (["x", "y"], 1.0, "eval_fraction=1.0 must be in (0, 1)"),
     (["x", "x", "x"], 0.1, "f: every document equals a held-out one, so train is empty"),
 ])
 def test_hold_out_errors_say_what_to_change(docs, fraction, message):

@@ -9,7 +9,7 @@ import pytest
 
 from transformer.inference import decoding
 from transformer.config import ModelConfig
-from transformer.inference.decoding import DecodeConfig
+from transformer.inference.decode_config import DecodeConfig
 from transformer.errors import ConfigError
 from transformer.models import DecoderOnly, Transformer
 from transformer.token_ids import EOS_ID

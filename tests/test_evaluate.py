@@ -16,7 +16,7 @@ import pytest
 from conftest import DEFAULT, REPO, script_env
 from test_evaluation import sacrebleu_cli
 from transformer.errors import ConfigError, TrainingError
-from transformer.training import evaluate, loop, steps
+from transformer.training import evaluate, experiment, loop, steps
 from transformer.training.writers import read_metrics
 
 # 600 steps of configs/default.py (about a minute here) sit on the steep part of the learning
@@ -45,7 +45,7 @@ def test_bleu_during_training_needs_a_seq2seq_model(tiny_config, tmp_path):
   tiny_config.max_len = 18
   tiny_config.bleu_every_steps = 5
   with pytest.raises(ConfigError, match="bleu_every_steps=5 needs model_type='seq2seq'"):
-    loop.train_and_evaluate(tiny_config, str(tmp_path))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path))
   assert not tmp_path.joinpath("tokenizer.json").exists()  # refused before any data
 
 

@@ -66,7 +66,7 @@ def test_bad_values():
   config = experiment.base_config()
   config.model_type = "bert"
   with pytest.raises(ValueError, match="model_type"):
-    experiment.model_config(config, 10)
+    experiment.parse(config)
   config = experiment.base_config()
   config.model.vocab_size = 5
   with pytest.raises(ValueError, match="smaller than the dataset"):
@@ -170,7 +170,7 @@ def test_a_mistake_in_the_model_ends_the_run_before_the_workdir_is_written(tmp_p
   config.update(dataset="text_files", data_files=str(REPO / "README.md"))
   config.model.embed_scale = "bogus"
   with pytest.raises(ConfigError, match="embed_scale='bogus'"):
-    loop.train_and_evaluate(config, str(tmp_path / "run"))
+    loop.train_and_evaluate(experiment.parse(config), str(tmp_path / "run"))
   assert not (tmp_path / "run").exists()  # no tokenizer trained and saved there first
 
 

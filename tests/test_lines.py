@@ -19,7 +19,7 @@ from transformer.data import tokenizer as tokenizers
 from transformer.inference import decoding
 from transformer.training import evaluate, experiment, loading
 from transformer.inference import lines as lines_io
-from transformer.inference.decoding import DecodeConfig
+from transformer.inference.decode_config import DecodeConfig
 from transformer.models import DecoderOnly
 from transformer.token_ids import UNK_ID
 

@@ -76,7 +76,7 @@ def test_readers_take_the_checkpoints_record_not_an_edited_config_json(decode_ru
           "the record is used" in caplog.text if edit is _edit_data_fields else
           "is not a config this package wrote" in caplog.text and
           "the record of checkpoint 10 is used" in caplog.text)
-  assert loaded.experiment.synthetic.seed == 0 and loaded.experiment.label_smoothing == 0.1
+  assert loaded.config.synthetic.seed == 0 and loaded.config.label_smoothing == 0.1
   logged = [json.loads(line) for line in open(os.path.join(decode_run, "metrics.jsonl"))]
   logged = [r for r in logged if r["split"] == "eval" and r["step"] == loaded.step][-1]
   results = evaluate.evaluate_workdir(workdir, decode=False)

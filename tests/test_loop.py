@@ -29,7 +29,7 @@ def _losses(workdir):
 
 def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog, monkeypatch):
   workdir = tmp_path / "w"
-  loop.train_and_evaluate(tiny_config, str(workdir))  # checkpoints at 5 and 10
+  loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))  # checkpoints at 5 and 10
   damaged = workdir / "checkpoints" / "10"
   for f in (damaged / "state").rglob("*"):
     if f.is_file() and f.stat().st_size > 1000:
@@ -44,7 +44,7 @@ def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog, mon
 
   monkeypatch.setattr(loop, "tqdm", Bar)
   with caplog.at_level(logging.WARNING):
-    final = loop.train_and_evaluate(tiny_config, str(workdir))
+    final = loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert final["step"] == 12
   # The rate and ETA count from after the resumed run's first (compiling) step, restarted once.
   assert paused_at == [5]
@@ -67,10 +67,10 @@ def test_a_crash_in_the_last_evaluation_resumes_at_the_end_and_repeats_only_it(
 
   monkeypatch.setattr(steps, "evaluate", crash)
   with pytest.raises(RuntimeError, match="killed while evaluating"):
-    loop.train_and_evaluate(tiny_config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert checkpoint.Checkpointer(str(workdir)).all_steps() == [5]
   monkeypatch.setattr(steps, "evaluate", evaluate)
-  final = loop.train_and_evaluate(tiny_config, str(workdir))
+  final = loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert final["step"] == 5 and final["eval"]["loss"] > 0
   train = writers.read_metrics(str(workdir), "train")
   assert [r["step"] for r in train] == [1, 2, 3, 4, 5]  # not trained again
@@ -84,7 +84,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
   tiny_config.checkpoint_every_steps = 1
   workdir = tmp_path / "w"
   with pytest.raises(NonFiniteLossError, match=r"Non-finite loss at step (\d+)") as err:
-    loop.train_and_evaluate(tiny_config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   bad = int(re.search(r"step (\d+)", str(err.value)).group(1))
   kept = checkpoint.Checkpointer(str(workdir)).all_steps()
   # Checkpoints of params that produced the non-finite loss are set aside, the rest kept.
@@ -100,12 +100,12 @@ def test_a_checkpoint_of_one_mesh_resumes_on_another_to_the_same_params(tiny_con
   tiny_config.model.use_bias = False
   tiny_config.log_every_steps = tiny_config.eval_every_steps = 10
   whole = tmp_path / "whole"
-  loop.train_and_evaluate(tiny_config, str(whole))  # all-data, 10 steps
+  loop.train_and_evaluate(experiment.parse(tiny_config), str(whole))  # all-data, 10 steps
   split = tmp_path / "split"
   tiny_config.num_train_steps, tiny_config.fsdp = 5, 8  # FSDP, saved at step 5 ...
-  loop.train_and_evaluate(tiny_config, str(split))
+  loop.train_and_evaluate(experiment.parse(tiny_config), str(split))
   tiny_config.num_train_steps, tiny_config.fsdp = 10, 1  # ... resumed all-data
-  assert loop.train_and_evaluate(tiny_config, str(split))["step"] == 10
+  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(split))["step"] == 10
   expected, got = (checkpoint.load_params(str(w))[0] for w in (whole, split))
   for a, b in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -115,7 +115,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   workdir = tmp_path / "w"
   tiny_config.num_train_steps = 5
   tiny_config.fsdp = 8  # params and optimizer state saved split over the 8 devices
-  loop.train_and_evaluate(tiny_config, str(workdir), devices=devices)
+  loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir), devices=devices)
   # The logits of the training process's own (sharded, restored) state ...
   from transformer.training import sharding, steps
   model_config = checkpoint.load_params(str(workdir))[1]
@@ -151,31 +151,31 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
 def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   tiny_config.batch_size = 12  # 8 devices
   with pytest.raises(ValueError, match="batch_size=12 is not divisible by the 8 devices"):
-    loop.train_and_evaluate(tiny_config, str(tmp_path / "a"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "a"))
   tiny_config.batch_size = 16
   tiny_config.dataset = "wmt99"
   with pytest.raises(ValueError, match="Unknown dataset 'wmt99'"):
-    loop.train_and_evaluate(tiny_config, str(tmp_path / "b"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "b"))
   assert not (tmp_path / "b").exists()  # a first attempt that failed leaves no empty workdir
   tiny_config.dataset = "synthetic"
   afile = tmp_path / "afile"
   afile.write_text("x")
   with pytest.raises(TrainingError, match="is not writable"):
-    loop.train_and_evaluate(tiny_config, str(afile / "sub"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(afile / "sub"))
   tiny_config.num_train_steps = 1
-  loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+  loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
   tiny_config.model.d_model = 48
   with pytest.raises(TrainingError, match=r"different model .*d_model 32 -> 48.*allow_model_change"):
-    loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
   tiny_config.model.d_model = 32
   # The saved data position counts batches: another batch size would resume elsewhere.
   tiny_config.batch_size = 32
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
-    loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
   # config.json deleted: the config stored with the checkpoint still says what the run was.
   os.remove(tmp_path / "c" / checkpoint.CONFIG_FILE)
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
-    loop.train_and_evaluate(tiny_config, str(tmp_path / "c"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
 
 
 def test_an_error_inside_a_train_step_keeps_its_type_and_traceback(tiny_config, tmp_path,
@@ -189,7 +189,7 @@ def test_an_error_inside_a_train_step_keeps_its_type_and_traceback(tiny_config, 
 
   monkeypatch.setattr(steps, "build_steps", failing_build)
   with pytest.raises(TypeError, match="a bug inside the train step") as e:
-    loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
   assert any(entry.name == "train" for entry in e.traceback)  # raised where it happened
 
 
@@ -201,7 +201,7 @@ def test_a_full_disk_is_one_clear_sentence(tiny_config, tmp_path, monkeypatch):
   tiny_config.num_train_steps = 5
   with pytest.raises(TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):
-    loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,7 @@ def five_steps(tfds_dir, tmp_path_factory):
   config = tiny_experiment(tfds_dir)
   config.num_train_steps = 5
   workdir = tmp_path_factory.mktemp("five_steps") / "w"
-  loop.train_and_evaluate(config, str(workdir))
+  loop.train_and_evaluate(experiment.parse(config), str(workdir))
   return workdir
 
 
@@ -244,7 +244,7 @@ def test_a_resume_onto_other_data_is_refused_before_any_dataset_is_built(
   tiny_config.tfds_data_dir = str(tmp_path / "tfds")
   tiny_config.update_from_flattened_dict({field: value})
   with pytest.raises(TrainingError, match=rf"another data stream \({said}\)"):
-    loop.train_and_evaluate(tiny_config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert not (tmp_path / "tfds").exists()
 
 
@@ -256,7 +256,7 @@ def test_a_resume_with_another_optimizer_names_it(five_steps, tiny_config, tmp_p
   with pytest.raises(TrainingError, match=r"^Workdir .* was trained with optimizer='adam', "
                      r"whose state its checkpoints hold; this run asks for 'sgd': resume with "
                      r"--config.optimizer=adam, or use a new --workdir.$"):
-    loop.train_and_evaluate(tiny_config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
 
 
 def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tiny_config,
@@ -267,9 +267,9 @@ def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tin
   tiny_config.num_train_steps = 3
   with pytest.raises(TrainingError, match=r"holds a checkpoint at step 5, past "
                      r"num_train_steps=3; pass --config.num_train_steps=5 or more to continue"):
-    loop.train_and_evaluate(tiny_config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   tiny_config.num_train_steps = 5  # the same command again: its evaluations, nothing trained
-  assert loop.train_and_evaluate(tiny_config, str(workdir))["step"] == 5
+  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))["step"] == 5
 
 
 def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_stop(
@@ -281,14 +281,14 @@ def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_sto
   tiny_config.update(num_train_steps=10, log_every_steps=5, checkpoint_every_steps=2,
                      eval_every_steps=10)
   unbroken, resumed = str(tmp_path / "unbroken"), str(tmp_path / "resumed")
-  final = loop.train_and_evaluate(tiny_config, unbroken)
+  final = loop.train_and_evaluate(experiment.parse(tiny_config), unbroken)
   train = {r["step"]: r for r in writers.read_metrics(unbroken, "train")}
   assert (train[5]["first_step"], train[10]["first_step"]) == (1, 6)
   assert type(train[10]["first_step"]) is int and "first_step" not in final["train"]  # not a metric
   monkeypatch.setattr(stop_signals.StopSignals, "should_stop", lambda self, step: step == 6)
-  assert loop.train_and_evaluate(tiny_config, resumed)["preempted_at"] == 6
+  assert loop.train_and_evaluate(experiment.parse(tiny_config), resumed)["preempted_at"] == 6
   monkeypatch.undo()
-  loop.train_and_evaluate(tiny_config, resumed)
+  loop.train_and_evaluate(experiment.parse(tiny_config), resumed)
   again = {r["step"]: r for r in writers.read_metrics(resumed, "train")}
   assert again[5] == {**train[5], **{k: again[5][k] for k in writers.TIMING_FIELDS}}
   assert again[10]["first_step"] == 7 and again[10]["loss"] != train[10]["loss"]
@@ -306,7 +306,7 @@ def test_a_read_only_checkpoint_directory_is_refused_before_training(five_steps,
     with pytest.raises(TrainingError, match=r"^The checkpoint directory .*/checkpoints is "
                        r"not writable \((Read-only file system|Permission denied)\); make it "
                        r"writable, or pass another --workdir.$"):
-      loop.train_and_evaluate(tiny_config, str(workdir))
+      loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert (workdir / writers.METRICS_FILE).read_text() == metrics  # no step trained
 
 
@@ -327,7 +327,7 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
   tiny_config.num_train_steps = 10
   with pytest.raises(TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):
-    loop.train_and_evaluate(tiny_config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert {name: (workdir / name).read_text() for name in before} == before  # nothing lost
   assert not list(workdir.glob("*.tmp-*"))
 
@@ -355,7 +355,7 @@ def test_batch_and_metric_mistakes_end_before_any_data_and_leave_the_workdir_as_
   config.tokenizer.update(kind="sentencepiece", vocab_size=300)
   config.update_from_flattened_dict(fields)
   with pytest.raises(UserError, match=message):
-    loop.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(config), str(workdir))
   assert [p.name for p in workdir.iterdir()] == ["notes.txt"]
   assert not (tmp_path / "tfds").exists()
 
@@ -368,7 +368,7 @@ def test_a_second_run_on_a_workdir_in_use_is_refused(tiny_config, tmp_path):
   with workdir_checks.workdir_lock(str(workdir)):  # the first run, training
     with pytest.raises(TrainingError, match=rf"^Workdir {workdir} is in use by another "
                        rf"run \(process {os.getpid()} on "):
-      loop.train_and_evaluate(tiny_config, str(workdir))
+      loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert list(workdir.iterdir()) == []  # the first run's lock files, gone with its release
 
 
@@ -399,7 +399,7 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
     config.model.attention_scale = scale
     config.model.dropout_rate = 0.0
     config.profile_steps = "1,1" if scale == "none" else ""  # a trace of step 2
-    final = loop.train_and_evaluate(config, str(tmp_path / scale))
+    final = loop.train_and_evaluate(experiment.parse(config), str(tmp_path / scale))
     traces = list((tmp_path / scale / loop.PROFILE_DIR).rglob("*.xplane.pb"))
     assert len(traces) == (1 if scale == "none" else 0) and all(t.stat().st_size for t in traces)
     records = writers.read_metrics(str(tmp_path / scale), "diagnostics")
@@ -435,18 +435,18 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   config = _lm_on(corpus, tiny_config, num_train_steps=2, eval_every_steps=2,
                   checkpoint_every_steps=2)
   workdir = str(tmp_path / "w")
-  loop.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(experiment.parse(config), workdir)
   book = corpus / "books" / "a.txt"
   os.utime(book, (1, 1))  # touched: the same text
   config.num_train_steps = 4
   with caplog.at_level(logging.INFO):
-    assert loop.train_and_evaluate(config, workdir)["step"] == 4
+    assert loop.train_and_evaluate(experiment.parse(config), workdir)["step"] == 4
   assert "Resumed from step 2" in caplog.text
   book.write_text("Other text altogether,\nfor another run.\n\n" * 30)
   config.num_train_steps = 6
   with pytest.raises(TrainingError, match=rf"another data stream \(data_files: {book} "
                      r"changed\); .*allow_data_change=True"):
-    loop.train_and_evaluate(config, workdir)
+    loop.train_and_evaluate(experiment.parse(config), workdir)
   with pytest.raises(InferenceError, match=rf"The data files of {workdir} hold other "
                      rf"text than it was trained on \(data_files: {book} changed\)"):
     evaluate.evaluate_workdir(workdir)  # its eval split held out of other text
@@ -456,7 +456,7 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
     analysis.analyze(workdir, num_batches=1)  # its statistics: of that split too
   assert not any(os.path.exists(os.path.join(workdir, d)) for d in ("eval", "plots"))
   config.allow_data_change = True
-  assert loop.train_and_evaluate(config, workdir)["step"] == 6
+  assert loop.train_and_evaluate(experiment.parse(config), workdir)["step"] == 6
   identity = checkpoint.read_config(workdir)[checkpoint.IDENTITY_KEY]  # now the run's own
   assert identity["data_files"][str(book)] == corpus_files.content_fingerprint(str(book))
 
@@ -540,7 +540,7 @@ def test_the_loop_fetches_from_the_device_only_at_logging_checkpoint_and_eval_st
       mesh, jax.sharding.PartitionSpec("data"))))
   assert len(reads) == 1
   state["depth"], reads[:] = 0, []
-  loop.train_and_evaluate(tiny_config, str(tmp_path / "w"))
+  loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
   assert not reads, reads[0]
   assert lifted.count("summary") == 3 and lifted.count("save") == 2
   records = writers.read_metrics(str(tmp_path / "w"), "train")

@@ -24,7 +24,7 @@ from conftest import read_only, script_env
 from transformer import checkpoint as ckpt
 from transformer.errors import RunError
 from transformer.config import ModelConfig
-from transformer.training.state import TrainState
+from transformer.training.optimizers import TrainState
 
 MODEL = ModelConfig(vocab_size=64, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
                     num_decoder_layers=1, max_len=32)
@@ -220,7 +220,7 @@ def test_interrupted_save_is_not_a_checkpoint(tmp_path):
       import jax.numpy as jnp
       from orbax.checkpoint._src.path import atomicity
       from transformer.checkpoint import Checkpointer
-      from transformer.training.state import TrainState
+      from transformer.training.optimizers import TrainState
       c = Checkpointer({str(tmp_path)!r}, async_save=True)
       state = lambda v: TrainState(step=jnp.int32(v), opt_state=(),
                                    params={{"w": jnp.full((4,), v, jnp.float32)}})

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from transformer import checkpoint, model_kinds, model_summary, models
-from transformer.attention import segment_mask
 from transformer.config import ModelConfig
 from transformer.errors import ConfigError
 from transformer.inference import decoding
 from transformer.token_ids import EOS_ID, PAD_ID
-from transformer.training import evaluate, loading, loop, run, steps, writers
+from transformer.training import evaluate, experiment, loading, loop, steps, writers
+from transformer.inference.decode_config import DecodeConfig
 
 KIND = f"{__name__}:PrefixLM"  # the model_type that names the class below
 
@@ -145,11 +145,11 @@ class Incomplete(nn.Module):
   batch_keys: ClassVar[tuple[str, ...]] = ("targets",)
 
 
-def test_a_class_that_does_not_answer_the_interface_is_one_line():
-  config = ModelConfig(vocab_size=20, d_model=32, num_heads=2, d_ff=64, max_len=8)
+def test_a_class_that_does_not_answer_the_interface_is_one_line_when_it_is_named(tiny_config):
+  tiny_config.model_type = f"{__name__}:Incomplete"
   with pytest.raises(ConfigError, match=r"Incomplete' lacks decode_step, decoding_lengths, .* of "
                      r"transformer.models.ModelKind"):
-    run.build_model(f"{__name__}:Incomplete", config)
+    experiment.parse(tiny_config)
 
 
 def _small(max_len: int = 24) -> tuple[PrefixLM, Any]:
@@ -162,9 +162,9 @@ def _small(max_len: int = 24) -> tuple[PrefixLM, Any]:
 
 def test_the_built_in_kinds_and_their_mistakes():
   assert model_kinds.get("lm").batch_keys == ("targets",)
-  assert model_kinds.model_class("seq2seq") is models.Transformer
+  assert models.model_class("seq2seq") is models.Transformer
   assert model_kinds.get(KIND).batch_keys == ("inputs", "targets")
-  assert model_kinds.model_class(KIND) is PrefixLM
+  assert models.model_class(KIND) is PrefixLM
   for name, match in (("gpt", r"model_type='gpt' is not one of \['lm', 'seq2seq'\] or a model "
                                r"class 'package.module:ClassName'"),
                       ("no_such_module:X", "module 'no_such_module' cannot be imported"),
@@ -211,7 +211,7 @@ def test_decoding_scores_what_training_scored():
   model, params = _small()
   source = jnp.asarray([[3, 4, 5, 6, EOS_ID, 0, 0, 0]], jnp.int32)  # padded to 8
   tokens, _ = decoding.decode(model, params, source,
-                              decoding.DecodeConfig(method="greedy", extra_len=8, eos_id=-1))
+                              DecodeConfig(method="greedy", extra_len=8, eos_id=-1))
   output = tokens[:, :8]
   trained = model.logits(params, {"inputs": source, "targets": output})
   state, _, _ = model.start_decoding(params, source, 1, 5 + 8)
@@ -232,7 +232,7 @@ def test_a_third_kind_trains_on_packed_rows_checkpoints_restores_and_decodes(tin
   tiny_config.packing = "pack"
   tiny_config.diagnostics_every_steps = 5  # the scale diagnostics ask the model too
   workdir = str(tmp_path / "w")
-  final = loop.train_and_evaluate(tiny_config, workdir)
+  final = loop.train_and_evaluate(experiment.parse(tiny_config), workdir)
   assert final["step"] == 10 and math.isfinite(final["eval"]["loss"])
   losses = [r["loss"] for r in writers.read_metrics(workdir, "train")]
   assert losses[-1] < losses[0]
@@ -256,5 +256,5 @@ def test_a_third_kind_trains_on_packed_rows_checkpoints_restores_and_decodes(tin
   assert again["loss"] == pytest.approx(final["eval"]["loss"], rel=1e-5)
   # Its eval split decodes (the source as the prompt) into BLEU, as a seq2seq model's does.
   decoded = evaluate.decode_eval_split(r.model, r.state.params, evaluate.run_datasets(loaded),
-                                       r.mesh, decoding.DecodeConfig(method="greedy"))
+                                       r.mesh, DecodeConfig(method="greedy"))
   assert decoded is not None and len(decoded.hypotheses) > 0

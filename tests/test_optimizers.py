@@ -1,4 +1,8 @@
-"""make_optimizer: every optimizer trains, clipping, weight decay."""
+"""The train state, the schedules and the optimizer: the state is a pure pytree of arrays (jit,
+sharding and checkpoints treat it as data), the paper's rsqrt exactly and the shapes of the
+other schedules, every optimizer trains, clipping, weight decay, muP's rates."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -6,12 +10,14 @@ import ml_collections
 import numpy as np
 import optax
 import pytest
+from flax import serialization
 
-from transformer.training import optimizers, run
+from transformer.training import optimizer_settings, optimizers, run
+from transformer.training.optimizers import TrainState
 
 
 def _config(**overrides) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
   config.update(schedule="constant", warmup_steps=0, learning_rate=0.1, num_train_steps=100)
   config.update(overrides)
   return config
@@ -33,7 +39,7 @@ def _run(opt, params, grads_fn, steps):
   return params
 
 
-@pytest.mark.parametrize("name", optimizers.OPTIMIZERS)
+@pytest.mark.parametrize("name", optimizer_settings.OPTIMIZERS)
 def test_each_optimizer_reduces_a_quadratic(name):
   config = _config(optimizer=name, learning_rate=0.01 if name == "sgd" else 0.1)
   params = _params()
@@ -69,7 +75,7 @@ def test_weight_decay_only_in_adamw():
 
 
 def test_defaults_are_the_papers_adam():
-  fields = optimizers.default_optimizer_fields()
+  fields = optimizer_settings.default_optimizer_fields()
   assert (fields["optimizer"], fields["adam_b1"], fields["adam_b2"], fields["adam_eps"]) == (
       "adam", 0.9, 0.98, 1e-9)
   assert fields["schedule"] == "rsqrt" and fields["warmup_steps"] == 4000
@@ -77,12 +83,13 @@ def test_defaults_are_the_papers_adam():
 
 
 def test_bad_config():
+  """Checked once, when the experiment is parsed (`experiment.validate` calls check_fields)."""
   with pytest.raises(ValueError, match="adam, adamw, adafactor, sgd"):
-    optimizers.make_optimizer(_config(optimizer="lion"))
+    optimizer_settings.check_fields(_config(optimizer="lion"))
   with pytest.raises(ValueError, match="default_optimizer_fields"):
-    optimizers.make_optimizer(ml_collections.ConfigDict({"optimizer": "adam"}))
+    optimizer_settings.check_fields(ml_collections.ConfigDict({"optimizer": "adam"}))
   with pytest.raises(ValueError, match="grad_accum_steps"):
-    optimizers.make_optimizer(_config(grad_accum_steps=0))
+    optimizer_settings.check_fields(_config(grad_accum_steps=0))
 
 
 def test_hidden_lr_scale_scales_only_the_blocks_weight_matrices():
@@ -110,7 +117,7 @@ def test_hidden_lr_scale_scales_only_the_blocks_weight_matrices():
   assert jax.tree.structure(optimizers.make_optimizer(_config(hidden_lr_scale=0.5)).init(
       params)) != jax.tree.structure(adam.init(params))
   with pytest.raises(ValueError, match="hidden_lr_scale must be a finite number > 0"):
-    optimizers.make_optimizer(_config(hidden_lr_scale=0.0))
+    optimizer_settings.check_fields(_config(hidden_lr_scale=0.0))
 
 
 def test_embed_learning_rate_gives_the_token_embedding_its_own_peak_rate():
@@ -135,7 +142,7 @@ def test_embed_learning_rate_gives_the_token_embedding_its_own_peak_rate():
                   moved["output_logits"]["kernel"]["kernel"]):
       np.testing.assert_allclose(other, 0.1, rtol=1e-5)
   with pytest.raises(ValueError, match="embed_learning_rate must be a finite number >= 0"):
-    optimizers.make_optimizer(_config(embed_learning_rate=-1.0))
+    optimizer_settings.check_fields(_config(embed_learning_rate=-1.0))
 
 
 @pytest.mark.parametrize("scan_layers", [False, True])
@@ -158,11 +165,11 @@ def test_the_hidden_mask_picks_the_blocks_kernels_of_a_real_model(scan_layers):
 
 
 @pytest.mark.parametrize("schedule", ["rsqrt", "cosine", "linear", "constant"])
-@pytest.mark.parametrize("name", optimizers.OPTIMIZERS)
+@pytest.mark.parametrize("name", optimizer_settings.OPTIMIZERS)
 def test_every_optimizer_and_schedule_takes_its_peak_rate_traced(name, schedule):
   """The train step builds the optimizer from its rate argument: every schedule and optimizer
   must trace with the peak a traced value, and give what the same peak as a constant gives."""
-  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
   config.update(optimizer=name, schedule=schedule, warmup_steps=3, num_train_steps=10)
   params = {"w": jnp.ones((2, 3)), "b": jnp.ones((3,))}
   grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.full((3,), -0.25)}
@@ -186,3 +193,98 @@ def test_every_optimizer_and_schedule_takes_its_peak_rate_traced(name, schedule)
     assert float(rate) == pytest.approx(float(schedule_c(step)), rel=1e-6)
     for a, b in zip(jax.tree_util.tree_leaves(traced), jax.tree_util.tree_leaves(constant)):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-9)
+
+
+# ---- schedules ----
+
+def test_rsqrt_is_the_papers_formula():
+  d_model, warmup = 512, 4000
+  peak = optimizer_settings.paper_peak_learning_rate(d_model, warmup)
+  np.testing.assert_allclose(peak, 6.9877e-4, rtol=1e-4)
+  sched = optimizers.make_schedule("rsqrt", learning_rate=peak, warmup_steps=warmup,
+                                  total_steps=100_000)
+  steps = np.array([0, 1, 10, 999, 3998, 3999, 4000, 4001, 10_000, 50_000, 99_999])
+  paper_step = steps + 1.0  # the paper counts from 1
+  paper = d_model**-0.5 * np.minimum(paper_step**-0.5, paper_step * warmup**-1.5)
+  np.testing.assert_allclose([float(sched(s)) for s in steps], paper, rtol=1e-5)
+  # Peak at paper step == warmup, i.e. optax step warmup - 1.
+  values = np.asarray(sched(np.arange(8000)))
+  assert int(np.argmax(values)) == warmup - 1
+  np.testing.assert_allclose(values.max(), peak, rtol=1e-6)
+
+
+def _values(name, warmup=10, total=50, lr=2.0):
+  sched = optimizers.make_schedule(name, learning_rate=lr, warmup_steps=warmup, total_steps=total)
+  return np.asarray(sched(np.arange(total + 5)))
+
+
+@pytest.mark.parametrize("name", ["cosine", "constant", "linear"])
+def test_warmup_shapes(name):
+  v = _values(name)
+  np.testing.assert_allclose(v[:10], 2.0 * np.arange(1, 11) / 10, rtol=1e-6)  # linear ramp
+  assert v[0] > 0  # the first update is not wasted
+  if name == "constant":
+    np.testing.assert_allclose(v[9:], 2.0, rtol=1e-6)
+  else:
+    assert np.all(np.diff(v[9:50]) < 0)  # strictly decaying after the peak
+    assert v[49] > 0  # every one of the 50 updates gets a nonzero rate
+    # Past the last update: 0 up to optax's float32 interpolation (~1e-7 of the peak).
+    np.testing.assert_allclose(v[50:], 0.0, atol=1e-6)
+
+
+def test_cosine_midpoint_and_linear_midpoint():
+  # Peak at s = 10, zero at s = 51: the midpoint s = 30.5 is between steps 29 and 30.
+  cos, lin = _values("cosine"), _values("linear")
+  np.testing.assert_allclose((cos[29] + cos[30]) / 2, 1.0, atol=5e-3)
+  np.testing.assert_allclose((lin[29] + lin[30]) / 2, 1.0, rtol=1e-6)
+
+
+def test_no_warmup():
+  v = _values("cosine", warmup=0)
+  np.testing.assert_allclose(v[0], 2.0, rtol=1e-6)
+
+
+def test_bad_arguments():
+  with pytest.raises(ValueError, match="rsqrt, cosine, constant, linear"):
+    optimizer_settings.check_schedule("step", 1, 2)
+  with pytest.raises(ValueError, match="warmup_steps"):
+    optimizer_settings.check_schedule("cosine", -1, 2)
+  with pytest.raises(ValueError, match="warmup_steps"):
+    optimizer_settings.check_schedule("rsqrt", 0, 2)
+  with pytest.raises(ValueError, match="total_steps"):
+    optimizer_settings.check_schedule("linear", 10, 5)
+
+
+# ---- the train state ----
+
+def _state():
+  params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+  return TrainState(step=jnp.int32(0), params=params, opt_state=optax.adam(0.1).init(params))
+
+
+def test_every_field_is_data_so_jit_and_checkpoints_see_the_whole_state():
+  """No static field (a model or an optimizer's functions would be one): every leaf is an
+  array, and the step, the params and Adam's two moments and count are all of them."""
+  assert all(f.metadata.get("pytree_node", True) for f in dataclasses.fields(TrainState))
+  state = _state()
+  leaves = jax.tree_util.tree_leaves(state)
+  assert all(isinstance(x, jax.Array) for x in leaves)
+  assert len(leaves) == 1 + 2 + 2 * 2 + 1  # step, params, mu and nu of each, Adam's count
+
+
+def test_the_state_round_trips_through_its_state_dict():
+  """What orbax writes is the state dict; restoring it into a fresh state's structure gives
+  the same arrays under the same names (step, params, opt_state)."""
+  state = _state()
+  saved = serialization.to_state_dict(state)
+  assert set(saved) == {"step", "params", "opt_state"}
+  bumped = jax.tree.map(lambda x: np.asarray(x) + 1, saved)
+  restored = serialization.from_state_dict(_state(), bumped)
+  assert isinstance(restored, TrainState) and int(restored.step) == 1
+  np.testing.assert_array_equal(restored.params["w"], np.full((2, 3), 2.0))
+
+  @jax.jit
+  def bump(s: TrainState) -> TrainState:
+    return s.replace(step=s.step + 1)
+
+  assert int(bump(restored).step) == 2 and int(restored.step) == 1  # a new state, not edited

@@ -118,9 +118,7 @@ def test_resumed_iterator_yields_exactly_the_uninterrupted_batches(mode, keys):
       np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_concat_needs_one_key_and_state_needs_same_rows():
-  with pytest.raises(ValueError, match="packing='concat' splits examples across rows"):
-    _packed(Source(), "concat")
+def test_a_state_needs_the_same_rows():
   it = iter(_packed(Source(), "pack"))
   with pytest.raises(ValueError, match="resume with the same process count and batch_size"):
     it.set_state({"next": [0], "used": [0]})

@@ -216,10 +216,11 @@ def test_errors(data_dir):
     pipeline.get_datasets(_config(data_dir, dataset="nope"), process_index=0, process_count=1)
   with pytest.raises(ValueError, match="batch_size=9 must be a positive multiple"):
     pipeline.get_datasets(_config(data_dir, batch_size=9), process_index=0, process_count=2)
+  # The packing mode is an experiment's setting, checked when it is parsed.
   with pytest.raises(ValueError, match="packing='tight' is not one of"):
-    pipeline.get_datasets(_config(data_dir, packing="tight"), process_index=0, process_count=1)
+    settings.check_data_config(_config(data_dir, packing="tight"))
   with pytest.raises(ValueError, match="packing='concat' splits examples across rows"):
-    pipeline.get_datasets(_config(data_dir, packing="concat"), process_index=0, process_count=1)
+    settings.check_data_config(_config(data_dir, packing="concat", model_type="seq2seq"))
 
 
 def test_count_train_tokens_sums_every_key_of_every_train_example(fake):

@@ -9,31 +9,37 @@ from transformer.errors import ConfigError
 from transformer.training import experiment, run
 
 
+def _leaves_equal(a, b) -> bool:
+  return all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a),
+                                                  jax.tree_util.tree_leaves(b)))
+
+
 def test_a_fresh_state_comes_from_the_seed_and_an_abstract_one_holds_no_arrays(tiny_config,
                                                                             devices):
-  fresh = run.setup(tiny_config, devices[:2])
-  again = run.setup(tiny_config, devices[:2])
-  for a, b in zip(jax.tree_util.tree_leaves(fresh.state.params),
-                  jax.tree_util.tree_leaves(again.state.params)):
-    np.testing.assert_array_equal(a, b)
+  exp = experiment.parse(tiny_config)
+  mesh = run.device_mesh(exp, devices[:2])
+  fresh = run.fresh(exp, mesh)
+  assert _leaves_equal(fresh.state.params, run.fresh(exp, mesh).state.params)
+  tiny_config.seed += 1  # another seed draws other params (a seed ignored would not)
+  assert not _leaves_equal(fresh.state.params,
+                           run.fresh(experiment.parse(tiny_config), mesh).state.params)
   assert fresh.mesh.devices.size == 2 and fresh.start_step == 0 and fresh.checkpointer is None
   assert fresh.experiment.vocab_from == "the synthetic 'reverse' task"
-  abstract = run.setup(tiny_config, devices[:2], state="abstract")
+  abstract = run.abstract(exp, mesh)
   leaves = jax.tree_util.tree_leaves(abstract.state)
   assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) and x.sharding for x in leaves)
-  assert run.setup(tiny_config, devices[:2], state="none").state is None
+  assert [x.shape for x in leaves] == [x.shape for x in jax.tree_util.tree_leaves(fresh.state)]
 
 
 def test_params_of_a_split_run_are_read_whole_on_one_device(tiny_config, devices):
   """A checkpoint's params are placed replicated, whatever fsdp the run trained with."""
   tiny_config.fsdp = 8
-  trained = run.setup(tiny_config, devices)
+  trained = run.fresh(experiment.parse(tiny_config), None)
   host = jax.device_get(trained.state.params)
-  read = run.setup(experiment.recorded(trained.config, trained.model_config), devices[:1],
-                   params=host)
+  read = run.for_reading(experiment.recorded(trained.config, trained.model_config), host,
+                         devices[:1])
   assert read.mesh.devices.size == 1 and read.state.opt_state is None
-  for a, b in zip(jax.tree_util.tree_leaves(host), jax.tree_util.tree_leaves(read.state.params)):
-    np.testing.assert_array_equal(a, b)
+  assert _leaves_equal(host, read.state.params)
 
 
 @pytest.mark.parametrize("fields, match", [
@@ -44,8 +50,15 @@ def test_params_of_a_split_run_are_read_whole_on_one_device(tiny_config, devices
 def test_mistakes_are_one_line_before_anything_is_built(tiny_config, devices, fields, match):
   tiny_config.update(fields)
   with pytest.raises(ConfigError, match=match):
-    run.setup(tiny_config, devices)
-  if "model_type" not in fields:  # the loop's check before its workdir exists
-    exp = experiment.parse(tiny_config)
-    with pytest.raises(ConfigError, match=match):
-      run.check_devices(exp, devices)
+    run.device_mesh(experiment.parse(tiny_config), devices)
+
+
+def test_a_chunked_loss_on_gpus_is_one_clear_line(tiny_config):
+  """On a GPU the chunked loss costs more than it saves (docs/speed.md): refused with the
+  devices, before any mesh or compiling, in one line that names the knob."""
+  import types
+  tiny_config.loss_chunk_size = 4
+  gpus = [types.SimpleNamespace(platform="gpu")] * 8
+  with pytest.raises(ConfigError, match=r"^loss_chunk_size=4 makes a GPU step larger") as e:
+    run.device_mesh(experiment.parse(tiny_config), gpus)
+  assert "\n" not in str(e.value)

@@ -171,8 +171,9 @@ def test_a_fixed_value_of_the_wrong_type_is_one_line_before_any_point_dir(tmp_pa
   assert not (tmp_path / "w").exists()
 
 
-def _bowl(config, workdir):
+def _bowl(exp, workdir):
   """Training replaced by a loss bowl in log2(lr), best at 2e-3 (sqrt_d) or 4e-3 (none)."""
+  config = exp.config
   best = 2e-3 if config.model.embed_scale == "sqrt_d" else 4e-3
   loss = 3.0 + 0.1 * math.log2(config.learning_rate / best) ** 2 + 0.01 * config.seed
   open(os.path.join(workdir, "metrics.jsonl"), "w").close()
@@ -325,7 +326,8 @@ def test_a_language_model_point_stores_each_test_examples_nll(tmp_path):
 
 def _fake_training(calls):
   """train_and_evaluate without training: records the config it was given."""
-  def train(config, workdir):
+  def train(exp, workdir):
+    config = exp.config
     calls.append(config)
     open(os.path.join(workdir, "metrics.jsonl"), "w").close()
     return {"step": config.num_train_steps, "eval": {"loss": 1.0 + len(calls)}}
@@ -356,7 +358,7 @@ def test_a_point_is_reused_only_while_the_sweep_file_gives_it_the_same_config(tm
   # Advice to the user (how to get missing data) changes nothing a point computes.
   advised = _sweep_file(tmp_path / "s.py", fixed={**TINY, "label_smoothing": 0.0,
                                                    "num_train_steps": 40, "data_help": "get it"})
-  assert sweeps.run_command(advised, workdir, aggregate_only=True) and len(calls) == 4
+  assert sweeps.run_command(advised, workdir) and len(calls) == 4  # nothing trained again
 
 
 def test_the_report_lists_only_the_points_of_the_grid(tmp_path, monkeypatch):

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from transformer.config import ModelConfig
-from transformer.errors import ConfigError
 from transformer.models import DecoderOnly, Transformer
-from transformer.training import optimizers, sharding, steps
+from transformer.training import optimizer_settings, optimizers, sharding, steps
 
 
 def _setup(model_cls=Transformer, **opt):
@@ -21,7 +20,7 @@ def _setup(model_cls=Transformer, **opt):
                     # The key bias has an exactly-zero true gradient (softmax ignores a constant
                     # shift), so Adam would turn reduction-order noise into +-lr updates of it.
                     use_bias=False)
-  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
   config.update(learning_rate=1e-2, warmup_steps=2, **opt)
   model = model_cls(cfg)
   tx, lr_fn = optimizers.at_peak(config, config.learning_rate)
@@ -253,7 +252,7 @@ def test_the_learning_rate_is_an_input_of_the_compiled_step(devices):
   rate is the step of an optimizer built with that rate as a constant, to float rounding
   (XLA folds a constant rate into its neighbours: the last bit may differ)."""
   model, tx, _ = _setup()
-  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
+  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
   config.update(learning_rate=1e-2, warmup_steps=2)
   batch = {k: jnp.asarray(v) for k, v in _batches(1)[0].items()}
   state = steps.init_state(model, tx, jax.random.PRNGKey(0), batch)
@@ -273,14 +272,3 @@ def test_the_learning_rate_is_an_input_of_the_compiled_step(devices):
                                                           rel=1e-6)
     assert float(got_m["learning_rate"]) > 0
 
-
-def test_a_chunked_loss_on_gpus_is_one_clear_line():
-  """On a GPU the chunked loss costs more than it saves (docs/speed.md): refused before any
-  compiling, in one line that names the knob."""
-  import types
-  config = ml_collections.ConfigDict(optimizers.default_optimizer_fields())
-  config.update(learning_rate=1e-3, loss_chunk_size=4)
-  gpus = types.SimpleNamespace(devices=np.array([types.SimpleNamespace(platform="gpu")]))
-  with pytest.raises(ConfigError, match=r"^loss_chunk_size=4 makes a GPU step larger") as e:
-    steps.build_steps(config, None, gpus)
-  assert "\n" not in str(e.value)

@@ -10,7 +10,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from conftest import PARAGRAPHS, REPO, write_file
-from transformer.data import pipeline, text
+from transformer.data import pipeline, settings, text
+from transformer.training import experiment
 from transformer.training.experiment import load_config
 
 
@@ -66,7 +67,8 @@ def test_bad_input_gives_one_clear_message(tmp_path, dataset, overrides, error, 
   for k, v in overrides.items():
     sub, _, field = k.rpartition(".")
     (config[sub] if sub else config)[field] = v.format(d=d) if isinstance(v, str) else v
-  with pytest.raises(error) as e:
+  with pytest.raises(error) as e:  # the settings when the experiment is parsed, then the data
+    settings.check_data_config(config)
     pipeline.get_datasets(config, process_index=0, process_count=1)
   assert message.format(d=d) in str(e.value)
 
@@ -81,7 +83,7 @@ def test_a_bad_file_loses_nothing_already_trained(tmp_path):
   config = _config("lm", tmp_path, data_files=str(tmp_path / "moved.txt"))
   config.batch_size = 8  # over the 8 test devices: the missing file is the one mistake
   with pytest.raises(FileNotFoundError, match="moved.txt"):
-    loop.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(experiment.parse(config), str(workdir))
   from transformer.training import workdir_checks
   lock = (workdir_checks.LOCK_FILE, workdir_checks.LOCK_FILE + workdir_checks.HOLDER_SUFFIX)
   assert {str(p.relative_to(workdir)): p.read_bytes() for p in workdir.rglob("*")
@@ -183,13 +185,13 @@ def test_packed_text_lm_resumes_exactly_and_reuses_its_tokenizer(tmp_path):
                               num_encoder_layers=0, num_decoder_layers=1, norm_position="pre")
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   one_device = jax.devices()[:1]  # compiles faster; devices are test_loop's business
-  loop.train_and_evaluate(config, str(straight), devices=one_device)
+  loop.train_and_evaluate(experiment.parse(config), str(straight), devices=one_device)
   config.num_train_steps = 3
-  loop.train_and_evaluate(config, str(resumed), devices=one_device)
+  loop.train_and_evaluate(experiment.parse(config), str(resumed), devices=one_device)
   model = resumed / "tokenizer.model"
   stamp = os.stat(model).st_mtime_ns
   config.num_train_steps = 6
-  final = loop.train_and_evaluate(config, str(resumed), devices=one_device)
+  final = loop.train_and_evaluate(experiment.parse(config), str(resumed), devices=one_device)
   assert final["step"] == 6 and os.stat(model).st_mtime_ns == stamp  # reused, not retrained
   assert model.read_bytes() == (straight / "tokenizer.model").read_bytes()
   losses = [[r["loss"] for r in writers.read_metrics(str(w), "train")] for w in (straight, resumed)]

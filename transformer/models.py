@@ -477,3 +477,23 @@ class ModelKind(Protocol):
 
   @property
   def input_limit(self) -> int: ...
+
+
+# The classes of the built-in kinds (`model_kinds.KINDS`).
+KIND_CLASSES: dict[str, type] = {"seq2seq": Transformer, "lm": DecoderOnly}
+
+
+def model_class(model_type: str) -> type:
+  """The flax module class of an experiment's model_type: a built-in kind's, or the class a
+  kind of one's own names ('package.module:ClassName', `model_kinds.import_class`)."""
+  return KIND_CLASSES.get(model_type) or model_kinds.import_class(model_type)
+
+
+def check_answers(model_class: type, model_type: str) -> None:
+  """One line where a model class of one's own (`model_type='package.module:Class'`) lacks a
+  question of ModelKind: checked when the experiment names it, before anything is built."""
+  asked = ModelKind.__annotations__.keys() | {n for n in vars(ModelKind) if not n.startswith("_")}
+  missing = sorted(name for name in asked if name != "config" and not hasattr(model_class, name))
+  if missing:
+    raise ConfigError(f"model_type={model_type!r} lacks {', '.join(missing)} of "
+                      "transformer.models.ModelKind; every model kind answers them all.")

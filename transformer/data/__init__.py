@@ -24,7 +24,7 @@ __all__ = ["PACKING_MODES", "TrainBatches", "PadBatch", "TokenStore", "SOURCES",
 
 # Imported when first asked for: grain (and with it jax) stays out of a process that only
 # reads configs and checks them (transformer.training.experiment).
-_LAZY = {"PACKING_MODES": "packing", "TrainBatches": "packing", "PadBatch": "packing",
+_LAZY = {"PACKING_MODES": "settings", "TrainBatches": "packing", "PadBatch": "packing",
          "TokenStore": "token_store",
          "SOURCES": "pipeline", "Datasets": "pipeline", "Sources": "pipeline",
          "get_datasets": "pipeline", "measure_throughput": "pipeline",

@@ -97,10 +97,17 @@ def split_utf8_lines(raw: bytes, name: str) -> list[str]:
   return lines
 
 
-def documents(path: str, text_split: str) -> list[tuple[str, str]]:
-  """(text, 'FILE:LINE') of each paragraph (blank-line separated) or non-blank line of a file."""
+def check_split_settings(text_split: str, eval_fraction: Optional[float]) -> None:
+  """One line for a text_split that is not a way to cut documents, or an eval_fraction (None:
+  none held out, eval_files given) that holds out no validation split or all of the text."""
   if text_split not in TEXT_SPLITS:
     raise ConfigError(f"text_split={text_split!r} is not one of {list(TEXT_SPLITS)}.")
+  if eval_fraction is not None and not 0 < eval_fraction < 1:
+    raise ConfigError(f"eval_fraction={eval_fraction} must be in (0, 1); e.g. 0.01.")
+
+
+def documents(path: str, text_split: str) -> list[tuple[str, str]]:
+  """(text, 'FILE:LINE') of each paragraph (blank-line separated) or non-blank line of a file."""
   return split_documents(read_lines(path), text_split, path)
 
 
@@ -161,8 +168,6 @@ def _drop_half_empty(pairs: list[tuple[str, str, str]]) -> list[tuple[str, str, 
 def hold_out(docs: Sequence[Any], key: Callable[[Any], str], eval_fraction: float, seed: int,
              name: str) -> tuple[list[Any], list[Any]]:
   """(train, validation): a seeded eval_fraction of docs (>= 1); train loses their duplicates."""
-  if not 0 < eval_fraction < 1:
-    raise ConfigError(f"eval_fraction={eval_fraction} must be in (0, 1); e.g. 0.01.")
   if len(docs) < 2:
     raise ConfigError(f"{name} holds {len(docs)} document(s), too few for a train and a "
                      "validation split; add text, use text_split='line', or pass eval_files.")

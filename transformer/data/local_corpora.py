@@ -104,9 +104,6 @@ def build_local(name: str, data_dir: str | None, *, data_files: Any, eval_files:
   """The prepared text_files / parallel_text builder of these files (built once per fingerprint)."""
   files = corpus_files.resolve_files(data_files, "data_files")
   held = corpus_files.resolve_files(eval_files, "eval_files") if eval_files else []
-  if text_split not in corpus_files.TEXT_SPLITS:
-    raise ConfigError(f"text_split={text_split!r} is not one of "
-                     f"{list(corpus_files.TEXT_SPLITS)}.")
   options = dict(text_split=text_split if name == "text_files" else "-",
                  eval_fraction=None if held else eval_fraction, seed=None if held else seed,
                  version=_VERSION)

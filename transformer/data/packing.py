@@ -40,18 +40,6 @@ from transformer.data.token_store import TokenStore
 from transformer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
-PACKING_MODES = ("none", "pack", "concat")
-
-
-def check_mode(mode: str, keys: Optional[Sequence[str]] = None) -> None:
-  """One line for a packing mode that does not exist, or (given the rows' keys) that cannot
-  pack them: 'concat' cuts examples across rows, which only a one-row language model reads."""
-  if mode not in PACKING_MODES:
-    raise ConfigError(f"packing={mode!r} is not one of {list(PACKING_MODES)}.")
-  if keys is not None and mode == "concat" and len(keys) != 1:
-    raise ConfigError("packing='concat' splits examples across rows, which only a language "
-                      "model can train on (keys ('targets',)); use packing='pack' for a "
-                      "seq2seq dataset, or model_type='lm'.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +164,6 @@ class TrainBatches:
 
   def __init__(self, pad: PadBatch, *, seed: int, global_rows: int, lanes: range, mode: str,
                prefetch: int = 0):
-    check_mode(mode, pad.keys)
     if len(lanes) != pad.rows:
       raise ValueError(f"{len(lanes)} lanes for {pad.rows} rows.")
     self.pad, self.mode, self.prefetch = pad, mode, prefetch

@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 
 from transformer import model_kinds, storage
-from transformer.data import packing, settings, synthetic, text, token_store
+from transformer.data import settings, synthetic, text, token_store
 from transformer.data.packing import InOrderBatches, PadBatch, TrainBatches
 from transformer.data.prepared import read_examples
 from transformer.data.token_store import TokenStore
@@ -64,9 +64,8 @@ class Sources:
 
 def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
   s = config.synthetic
-  kwargs = {k: s[k] for k in ("vocab_size", "min_len", "max_len", "digits", "num_train",
-                              "num_eval", "seed") if k in s}
-  builder = synthetic.build_synthetic(config.get("tfds_data_dir"), task=s.task, **kwargs)
+  builder = synthetic.build_synthetic(config.get("tfds_data_dir"),
+                                      **{k: s[k] for k in synthetic.DEFAULTS if k in s})
   tokenizer = SyntheticTokenizer(s.task, builder.builder_config.vocab_size)
   if workdir:
     save_to_workdir(tokenizer, workdir)  # decoding reads every run's tokenizer the same way
@@ -193,7 +192,6 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
   the synthetic one is saved there too.
   """
   mode = config.get("packing") or "none"
-  packing.check_mode(mode)
   if process_index is None or process_count is None:
     import jax  # only here, so the data code never initialises a backend it does not need
     process_index = jax.process_index() if process_index is None else process_index
@@ -209,7 +207,6 @@ def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = Non
   if num_train < process_count:
     raise ConfigError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
                      f"the {process_count} processes; use a larger dataset.")
-  packing.check_mode(mode, sources.keys)  # before any split is tokenized
   stores = {role: _store(config, sources, role) for role in ROLES
             if getattr(sources, role) is not None}
   # Each process's rows of every global batch (lanes): see packing.TrainBatches, _in_order.

@@ -8,7 +8,8 @@ from __future__ import annotations
 import ml_collections
 
 from transformer import model_kinds, storage
-from transformer.data import synthetic, text
+from transformer.errors import ConfigError
+from transformer.data import corpus_files, local_corpora, synthetic, text
 from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
                                         check_sentencepiece_size)
 
@@ -18,6 +19,9 @@ PATH_FIELDS = ("tfds_data_dir", "data_files", "eval_files")
 # token store the first time (0: one per core) and the train batches made ahead. The one place
 # of these defaults, which the experiment config holds and a data-only config may leave out.
 READ_DEFAULTS = {"data_threads": 0, "data_prefetch": 4}
+# How training rows are filled (data.packing): one example a row, whole examples packed, or
+# a language model's stream cut into rows.
+PACKING_MODES = ("none", "pack", "concat")
 
 
 def read_setting(config: ml_collections.ConfigDict, name: str) -> int:
@@ -32,13 +36,28 @@ def check_paths_reachable(config: ml_collections.ConfigDict, prefix: str = "--co
 
 
 def check_data_config(config: ml_collections.ConfigDict) -> None:
-  """What the data settings alone can refuse, before anything is prepared or trained: a
-  model kind that needs a source on a corpus without one, and a SentencePiece vocabulary
-  below its floor (where one would be trained)."""
+  """Everything the data settings alone can refuse, before anything is prepared or trained:
+  the packing mode (and 'concat' for a kind that reads a source), the synthetic task's fields,
+  how a local corpus is cut and held out, a translation dataset's language pair, a model kind
+  that needs a source on a corpus without one, and a SentencePiece vocabulary below its floor
+  (where one would be trained)."""
+  kind = model_kinds.get(config.model_type) if config.get("model_type") else None
+  mode = config.get("packing") or "none"
+  if mode not in PACKING_MODES:
+    raise ConfigError(f"packing={mode!r} is not one of {list(PACKING_MODES)}.")
+  if mode == "concat" and kind:
+    kind.check_one_stream("packing='concat'")
+  if config.dataset == "synthetic":
+    synthetic.dataset_config(config.synthetic)
+  if config.dataset in local_corpora.LOCAL or config.dataset == "tiny_shakespeare":
+    corpus_files.check_split_settings(
+        config.get("text_split", "paragraph"),
+        None if config.get("eval_files") or config.dataset not in local_corpora.LOCAL
+        else config.get("eval_fraction"))
+  text.check_standard(config)
   pairs = True if config.dataset == "synthetic" else text.holds_pairs(config.dataset)
-  if pairs is not None and config.get("model_type"):
-    model_kinds.get(config.model_type).check_rows(
-        model_kinds.ROWS if pairs else model_kinds.ROWS[1:], config.dataset)
+  if pairs is not None and kind:
+    kind.check_rows(model_kinds.ROWS if pairs else model_kinds.ROWS[1:], config.dataset)
   tok = config.get("tokenizer") or {}
   if config.dataset != "synthetic" and tok.get("kind") == "sentencepiece" and \
       tok.get("vocab_size") is not None and not (

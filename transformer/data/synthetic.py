@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import string
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -76,6 +76,12 @@ def to_text(ids: Sequence[int] | np.ndarray, task: str) -> str:
     else:
       out.append(f"<{i}>")
   return "".join(out) if task == "addition" else " ".join(out)
+
+
+def dataset_config(fields: Mapping[str, Any]) -> "SyntheticConfig":
+  """The dataset an experiment's `synthetic` sub-config names, its fields checked (one line
+  for a bad one): what `build_synthetic` prepares, named before anything is."""
+  return SyntheticConfig.make(**{k: fields[k] for k in DEFAULTS if k in fields})
 
 
 def _check_task(task: str) -> None:

@@ -53,6 +53,27 @@ def holds_pairs(name: str) -> Optional[bool]:
   return False if name in _LM_MODULES else None
 
 
+def check_standard(config: Any) -> None:
+  """One line where a standard TFDS dataset is asked for a test split held out of it
+  (test_fraction), or a translation dataset's source_lang / target_lang are not its pair's
+  two languages (read off the name: wmtNN_translate/xx-yy)."""
+  if is_standard(config.dataset) and split_setting(config, "test_fraction"):
+    raise ConfigError(f"test_fraction={config.test_fraction} holds out a test split of a local "
+                      f"corpus (text_files, parallel_text), not of {config.dataset!r}; set it "
+                      "to 0.")
+  wmt = _WMT.match(config.dataset)
+  if not wmt:
+    return
+  langs = (wmt.group(2), wmt.group(3))
+  for field in ("source_lang", "target_lang"):
+    if config[field] not in langs:
+      raise ConfigError(f"{field}={config[field]!r} is not a language of {config.dataset}; use "
+                        f"one of {list(langs)}.")
+  if config.source_lang == config.target_lang:
+    raise ConfigError(f"source_lang and target_lang are both {config.source_lang!r}; set them "
+                      "to the two languages of the pair.")
+
+
 def is_standard(name: str) -> bool:
   """Whether name is a standard TFDS dataset this module reads (wmtNN_translate/xx-yy, lm1b, ...)."""
   return name in _LM_MODULES or bool(_WMT.match(name))
@@ -135,21 +156,10 @@ def open_splits(config: Any) -> TextSplits:
     return TextSplits(builder.as_data_source("train"), builder.as_data_source("validation"),
                       fields, f"{name} ({config.data_files})", test, home=str(builder.data_dir),
                       split_names={"train": "train", "eval": "validation", "test": "test"})
-  if split_setting(config, "test_fraction"):
-    raise ConfigError(f"test_fraction={config.test_fraction} holds out a test split of a local "
-                      f"corpus (text_files, parallel_text), not of {name!r}; set it to 0.")
   train_split = split_setting(config, "train_split")
   wmt = _WMT.match(name)
   if wmt:
     importlib.import_module(f"tensorflow_datasets.translate.{wmt.group(1)}")  # registers it
-    langs = (wmt.group(2), wmt.group(3))
-    for field in ("source_lang", "target_lang"):
-      if config[field] not in langs:
-        raise ConfigError(f"{field}={config[field]!r} is not a language of {name}; use one of "
-                         f"{list(langs)}.")
-    if config.source_lang == config.target_lang:
-      raise ConfigError(f"source_lang and target_lang are both {config.source_lang!r}; set them "
-                       "to the two languages of the pair.")
     eval_split = config.get("eval_split") or "validation"
     train = _tfds_split(name, train_split, data_dir)
     return TextSplits(train, _tfds_split(name, eval_split, data_dir),

@@ -31,7 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer.inference.decode_config import MAX_BEAM_SIZE, METHODS, DecodeConfig  # noqa: F401
+from transformer.inference.decode_config import DecodeConfig
 from transformer.token_ids import PAD_ID
 
 _NEG_INF = -1.0e9  # finite, so that -inf - -inf never makes a NaN in the score arithmetic

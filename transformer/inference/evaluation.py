@@ -19,7 +19,7 @@ import flax.linen as nn
 import numpy as np
 
 from transformer.inference import decoding
-from transformer.inference.decoding import DecodeConfig
+from transformer.inference.decode_config import DecodeConfig
 from transformer.token_ids import EOS_ID, PAD_ID
 
 Batch = dict[str, Any]

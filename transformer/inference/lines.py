@@ -9,23 +9,38 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 import jax
 import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer import storage
+from transformer import models, storage
+from transformer.config import ModelConfig
 from transformer.data import corpus_files
 from transformer.inference import decoding, evaluation
-from transformer.inference.decoding import DecodeConfig
+from transformer.inference.decode_config import DecodeConfig
+from transformer.data.tokenizer import Tokenizer
 from transformer.errors import InferenceError
 from transformer.token_ids import EOS_ID, UNK_ID
 
-# A checkpoint ready to decode (`transformer.training.loading.Loaded`): its model, params,
-# model_config, experiment and tokenizer are what these functions read.
-Loaded = Any
+
+
+class Loaded(Protocol):
+  """A trained model ready to decode: what these functions read of it. A workdir's checkpoint
+  read by `transformer.training.loading.load` is one; any object with these fields is."""
+  model: models.ModelKind
+  params: Any  # the model's param tree
+  tokenizer: Tokenizer
+
+  @property
+  def config(self) -> ml_collections.ConfigDict:
+    """The experiment config it was trained with (its dataset says how prompts end)."""
+
+  @property
+  def model_config(self) -> ModelConfig:
+    """Its ModelConfig."""
 
 
 def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
@@ -44,7 +59,7 @@ def model_input_limit(loaded: Loaded) -> int:
 def max_input_len(loaded: Loaded) -> int:
   """Input tokens a line may have by default (EOS included), as the model reads its input
   (`input_len`): a source as long as the training rows, a prompt up to `model_input_limit`."""
-  return loaded.model.input_len(int(loaded.experiment.get("max_len")
+  return loaded.model.input_len(int(loaded.config.get("max_len")
                                     or loaded.model_config.max_len))
 
 
@@ -54,7 +69,7 @@ def encode_lines(loaded: Loaded, lines: Sequence[str], max_len: Optional[int] = 
   prompts where `prompt_ends_with_eos`); an empty line gives []. A line longer than max_len
   is cut to its first max_len - 1 tokens + EOS (or its first max_len, without EOS)."""
   max_len = max_input_len(loaded) if max_len is None else max_len
-  add_eos = loaded.model.input_eos(prompt_ends_with_eos(loaded.experiment))
+  add_eos = loaded.model.input_eos(prompt_ends_with_eos(loaded.config))
   add_eos = add_eos if prompt_eos is None else prompt_eos
   out, truncated, unknown = [], 0, []
   for n, line in enumerate(lines, 1):

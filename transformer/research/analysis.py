@@ -315,7 +315,7 @@ def analyze(workdir: str, step: Optional[int] = None,
   plots_dir = storage.join(workdir, "plots")
   _check_writable(plots_dir)  # before the work, not after it
   params, model_config, step = loaded.params, loaded.model_config, loaded.step
-  config, model = loaded.experiment, loaded.model
+  config, model = loaded.config, loaded.model
   datasets = evaluate.run_datasets(loaded)
 
   counts = diagnostics.TokenCounts(model_config.target_vocab_size or model_config.vocab_size)

@@ -39,6 +39,7 @@ from transformer.model_summary import train_flops
 from transformer.research import chips
 from transformer.token_ids import EOS_ID
 from transformer.training import experiment, loop, run, sharding, writers
+from transformer.inference.decode_config import DecodeConfig
 
 MODES = ("train", "eval", "decode", "data", "loop", "diagnostics")
 # The held-out batches the loop's scale diagnostics average over (the experiment default).
@@ -153,7 +154,7 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
     raise ConfigError(f"steps={steps} and repeats={repeats} must each be >= 1.")
   if set(modes) == {"data"}:  # the host's pipeline alone: no model to build
     return {"device": "the host's CPU", "data": pipeline.measure_throughput(config, 10.0)}
-  bench, result = _setup(config, steps, repeats)
+  bench, result = _setup(experiment.parse(config), steps, repeats)
   compiled = None
   if {"train", "diagnostics", "loop"} & set(modes):
     compiled = _train(bench, result, profile_dir)
@@ -175,11 +176,12 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   return result
 
 
-def _setup(config: ml_collections.ConfigDict, steps: int,
+def _setup(exp: experiment.Experiment, steps: int,
            repeats: int) -> tuple[_Bench, dict[str, Any]]:
   """The Run on the local devices, its random batch and fresh state, and the figures every
   mode shares (device, sizes, parameters, FLOPs per token, matmul peak)."""
-  r = run.setup(config, jax.local_devices())
+  r = run.fresh(exp, run.device_mesh(exp, jax.local_devices()))
+  config = r.config
   cfg, model = r.model_config, r.model
   B, L = config.batch_size, config.max_len
   rng = np.random.default_rng(0)
@@ -277,7 +279,7 @@ def loop_figures(config: ml_collections.ConfigDict, steps: int,
                 checkpoint_every_steps=steps, diagnostics_every_steps=0, bleu_every_steps=0,
                 profile_steps="")
   with tempfile.TemporaryDirectory(prefix="benchmark-loop-") as workdir:
-    loop.train_and_evaluate(config, workdir, devices=jax.local_devices())
+    loop.train_and_evaluate(experiment.parse(config), workdir, devices=jax.local_devices())
     records = writers.read_metrics(workdir, "train")[1:]
   counts = [r["step"] - r["first_step"] + 1 for r in records]
   seconds = sum(n / r["steps_per_sec"] for n, r in zip(counts, records))
@@ -398,7 +400,7 @@ def benchmark_decoding(model_config: ModelConfig, batch_size: int, num_tokens: i
   if int(jnp.min(model.decoding_lengths(inputs, num_tokens)[1])) < num_tokens:
     model, params = run.random_model(model_type, model_config.replace(
         max_len=max(source_len + num_tokens, model_config.max_len)), seed)
-  config = decoding.DecodeConfig(method="greedy", eos_id=-1, extra_len=num_tokens)
+  config = DecodeConfig(method="greedy", eos_id=-1, extra_len=num_tokens)
   limit = jnp.full((batch_size,), num_tokens, jnp.int32)
 
   def cached() -> jax.Array:

@@ -369,11 +369,11 @@ def big_float32_buffers(hlo_text: str, length: int, vocab: int) -> dict[str, int
   return found
 
 
-def compile_train_step(config: ml_collections.ConfigDict | experiment.Experiment,
+def compile_train_step(exp: experiment.Experiment,
                        devices: Sequence[Any]) -> tuple[Any, run.Run]:
-  """(compiled step, the Run with its abstract state): the train step of `config` compiled
-  for `devices` (attached or not), as training sets it up."""
-  r = run.setup(config, devices, state="abstract")
+  """(compiled step, the Run with its abstract state): the train step of `exp` compiled for
+  `devices` (attached or not), as training sets it up."""
+  r = run.abstract(exp, run.device_mesh(exp, devices))
   config = r.config
   batch = {k: jax.ShapeDtypeStruct((config.batch_size, config.max_len), jnp.int32,
                                    sharding=sharding.batch_sharding(r.mesh))

@@ -23,7 +23,7 @@ from transformer import storage
 from transformer.data import pipeline, settings
 from transformer.errors import InferenceError, UserError
 from transformer.inference import evaluation, lines
-from transformer.inference.decoding import DecodeConfig
+from transformer.inference.decode_config import DecodeConfig
 from transformer.training import loading, sharding, steps, workdir_checks, writers
 
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
@@ -86,8 +86,8 @@ def check_run_data(loaded: loading.Loaded,
   """One line where a loaded run's data cannot be its own: its data files hold other text
   than it was trained on (its held-out split would be other text), or a data path is on
   gs:// without gcsfs. Before any work or any file is written."""
-  settings.check_paths_reachable(experiment or loaded.experiment, prefix="the run's ")
-  changed = workdir_checks.changed_data_files(loaded.identity, loaded.experiment,
+  settings.check_paths_reachable(experiment or loaded.config, prefix="the run's ")
+  changed = workdir_checks.changed_data_files(loaded.identity, loaded.config,
                                               loaded.workdir)
   if changed:
     raise InferenceError(
@@ -103,7 +103,7 @@ def run_datasets(loaded: loading.Loaded,
   (evaluate, analyze, the sweep runner) takes them here."""
   check_run_data(loaded, experiment)
   try:
-    return pipeline.get_datasets(experiment or loaded.experiment, workdir=loaded.workdir)
+    return pipeline.get_datasets(experiment or loaded.config, workdir=loaded.workdir)
   except UserError as e:
     raise InferenceError(
         f"The data of {loaded.workdir} cannot be read ({' '.join(str(e).split())}).") from None
@@ -125,7 +125,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   workdir_checks.check_writable(out_dir, "evaluation writes its results there: make the workdir "
                                 "writable, or evaluate a writable copy of it",
                                 what="The results directory")
-  exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
+  exp = ml_collections.ConfigDict(loaded.config.to_dict())
   if tfds_data_dir:
     exp.tfds_data_dir = tfds_data_dir
   devices = jax.device_count()

@@ -196,7 +196,6 @@ def parse_scale(value: Any) -> Any:
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
   """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
-  model_kinds.get(config.model_type)  # one line for an unknown kind
   fields = {k: parse_scale(v) for k, v in config.model.items()
             if k != "recipe" and v is not None}
   fields.setdefault("vocab_size", vocab_size)
@@ -264,9 +263,7 @@ def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
     raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
   if config.z_loss < 0:
     raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
-  if config.bleu_every_steps:
-    model_kinds.get(config.model_type).check_has_source(
-        f"bleu_every_steps={config.bleu_every_steps}")
+  _check_kind(config)
   fsdp = config.fsdp
   if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
@@ -285,6 +282,17 @@ def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
                       f"table (model.max_len={model.max_len}); raise model.max_len or lower "
                       "max_len.")
   return model, vocab_from
+
+
+def _check_kind(config: ml_collections.ConfigDict) -> None:
+  """The model kind, checked when it is named: it exists, a class of one's own answers every
+  question of ModelKind, and BLEU during training has a source to decode from."""
+  kind = model_kinds.get(config.model_type)
+  if not kind.built_in:  # a class of one's own: its module has imported jax already
+    from transformer import models  # pylint: disable=import-outside-toplevel
+    models.check_answers(model_kinds.import_class(kind.name), kind.name)
+  if config.bleu_every_steps:
+    kind.check_has_source(f"bleu_every_steps={config.bleu_every_steps}")
 
 
 def _check_seeds(config: ml_collections.ConfigDict) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import ml_collections
 from absl import logging
 
-from transformer import checkpoint
+from transformer import checkpoint, models
 from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import InferenceError, MissingFileError, RunError, one_line
@@ -28,26 +28,27 @@ class Loaded:
   """One checkpoint of a workdir, ready to decode."""
   workdir: str
   step: int
-  model: Any  # models.ModelKind
-  params: Any
-  exp: Experiment  # the experiment and ModelConfig recorded with the checkpoint
-  tokenizer: Any  # encode(str) -> list[int] (no EOS), decode(ids) -> str, vocab_size
+  model: models.ModelKind
+  params: Any  # the model's param tree (host arrays)
+  experiment: Experiment  # the experiment and ModelConfig recorded with the checkpoint
+  tokenizer: tokenizers.Tokenizer
   # What the run read beyond its config (training.workdir_checks.run_identity).
   identity: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
-  def experiment(self) -> ml_collections.FrozenConfigDict:
-    return self.exp.config
+  def config(self) -> ml_collections.FrozenConfigDict:
+    return self.experiment.config
 
   @property
   def model_config(self) -> ModelConfig:
-    return self.exp.model
+    return self.experiment.model
 
-  def as_run(self, experiment: Optional[ml_collections.ConfigDict] = None) -> run.Run:
-    """The `run.Run` of these params on every device (`experiment`: the recorded one, or a
-    copy with eval-time changes such as the batch size): mesh, steps and the params placed."""
-    return run.setup(self.exp if experiment is None else
-                     recorded(experiment, self.model_config), params=self.params)
+  def as_run(self, config: Optional[ml_collections.ConfigDict] = None) -> run.Run:
+    """The `run.Run` of these params on every device (`config`: the recorded experiment's,
+    or a copy with eval-time changes such as the batch size): mesh, steps and the params
+    placed."""
+    return run.for_reading(self.experiment if config is None else
+                           recorded(config, self.model_config), self.params)
 
 
 def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:

@@ -46,18 +46,18 @@ def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.D
 PROFILE_DIR = "profile"  # WORKDIR/profile/plugins/profile/<date>/*.xplane.pb, *.trace.json.gz
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict | experiment.Experiment, workdir: str,
+def train_and_evaluate(exp: experiment.Experiment, workdir: str,
                        devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
-  """Trains an experiment (a config is checked first: `experiment.parse`) in `workdir`,
-  resuming if it holds checkpoints; returns the final metrics.
+  """Trains an experiment (`experiment.parse(config)`: checked once, when it was made) in
+  `workdir`, resuming if it holds checkpoints; returns the final metrics.
 
   `devices` defaults to every device of every process (the mesh's data axis). From the end of
   data preparation, SIGTERM and SIGINT save a checkpoint at the step reached and return, with
   final['stopped_by'] naming the signal.
   """
-  # Every check that needs no data is made before anything is written.
-  exp = experiment.parse(config)
-  run.check_devices(exp, devices)
+  # Every check that needs no data was made when `exp` was parsed; the devices are checked
+  # here, before anything is written.
+  mesh = run.device_mesh(exp, devices)
   created = workdir_checks.check_workdir(workdir)
   # One run at a time in a workdir: process 0 holds the lock for the whole job.
   lock = workdir_checks.workdir_lock(workdir) if jax.process_index() == 0 else \
@@ -70,7 +70,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict | experiment.Experiment
       datasets = _get_datasets(exp.config, workdir)
       experiment.check_data_vocab(exp, datasets.vocab_size)
       with stop_signals.StopSignals() as signals:
-        return _train(exp, workdir, datasets, devices, data_changed, signals)
+        return _train(exp, workdir, datasets, mesh, data_changed, signals)
   except BaseException as e:
     if created:
       workdir_checks.remove_if_empty(workdir)
@@ -114,7 +114,7 @@ def _check_workdir(exp: experiment.Experiment, workdir: str) -> bool:
 
 
 def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]], data_changed: bool) -> _Training:
+           mesh: jax.sharding.Mesh, data_changed: bool) -> _Training:
   """The Run of `exp` with the newest checkpoint restored (its data position unless
   `data_changed`), or a check that starting afresh loses no history."""
   config = exp.config
@@ -123,8 +123,7 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   resolved = {"experiment": config.to_dict(), "model": exp.model.to_dict(),
               checkpoint.IDENTITY_KEY: identity}
   train_iter = datasets.train_iter()
-  r = run.setup(exp, devices, workdir=workdir, restore=True,
-                data_iter=None if data_changed else train_iter)
+  r = run.restored(exp, workdir, mesh, data_iter=None if data_changed else train_iter)
   resolved["summary"] = model_summary.summarize(
       r.state.params, models.row_flops(r.model, config.max_len), config.max_len)
   primary = jax.process_index() == 0
@@ -146,9 +145,9 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
 
 
 def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
-           devices: Optional[Sequence[jax.Device]], data_changed: bool,
+           mesh: jax.sharding.Mesh, data_changed: bool,
            signals: stop_signals.StopSignals) -> dict[str, Any]:
-  job = _setup(exp, workdir, datasets, devices, data_changed)
+  job = _setup(exp, workdir, datasets, mesh, data_changed)
   config = job.run.config
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}

@@ -124,10 +124,6 @@ def _check_arguments(logits: jax.Array, targets: jax.Array, label_smoothing: flo
     raise ValueError(
         f"cross_entropy needs logits [B, L, V] and targets [B, L], got {logits.shape} and "
         f"{targets.shape}.")
-  if not 0.0 <= label_smoothing < 1.0:
-    raise ConfigError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
-  if z_loss < 0.0:
-    raise ConfigError(f"z_loss must be >= 0, got {z_loss}.")
   if label_smoothing > 0.0 and logits.shape[-1] < 2:
     raise ConfigError("label_smoothing needs a vocabulary of at least 2 tokens.")
 

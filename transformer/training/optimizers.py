@@ -1,18 +1,69 @@
-"""The optimizer built from an experiment config: gradient clipping, then the optimizer.
+"""What training updates and how: the train state, the learning-rate schedules and the
+optimizer built from an experiment config (gradient clipping, then the optimizer).
 
-Its fields, their defaults and their checks: `optimizer_settings` (which imports no jax).
+The fields, their defaults and their checks: `optimizer_settings` (which imports no jax, so
+the config is checked before jax starts; nothing here checks them again).
+
+Schedules take `learning_rate` as their peak. Steps: optax calls a schedule with the number
+of updates already applied, `step` = 0, 1, ... Every schedule here works with s = step + 1
+(the paper counts from 1), so the first update already gets a nonzero rate and the peak is
+reached at s == warmup_steps. The decaying schedules reach 0 at s == total_steps + 1, one
+past the last of the total_steps updates, so no update is wasted with a zero rate.
 """
 
-import math
 from typing import Any, Optional, Union
 
+import flax
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
-from transformer.training import schedules
-from transformer.training.optimizer_settings import (OPTIMIZERS, check_fields,  # noqa: F401
-                                                   default_optimizer_fields)
+
+@flax.struct.dataclass
+class TrainState:
+  """A pure pytree (no callables), so it checkpoints and shards as data. step: int32 scalar;
+  params: the model's param tree; opt_state: optax state for them."""
+
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+def make_schedule(
+    name: str, *, learning_rate: float, warmup_steps: int, total_steps: int
+) -> optax.Schedule:
+  """A schedule `step -> float32 learning rate` (jit-friendly).
+
+  'rsqrt':    the paper's eq. 3 with its constant folded into the peak:
+              lr = learning_rate * min(s / warmup, sqrt(warmup / s)). With learning_rate =
+              optimizer_settings.paper_peak_learning_rate(d_model, warmup) this is exactly
+              d_model^-0.5 * min(s^-0.5, s * warmup^-1.5). Ignores total_steps.
+  'cosine':   linear warmup, then cosine decay to 0 at s == total_steps + 1.
+  'constant': linear warmup, then constant. Ignores total_steps.
+  'linear':   linear warmup, then linear decay to 0 at s == total_steps + 1.
+
+  Linear warmup is lr * min(1, s / warmup); warmup_steps = 0 means none (not for 'rsqrt').
+  """
+  warmup = max(warmup_steps, 1)  # A warmup of 0 or 1 both give the peak at s = 1.
+  if name == "rsqrt":  # optax has no inverse-square-root schedule of this form
+    def rsqrt(step):
+      s = jnp.asarray(step, jnp.float32) + 1.0
+      return learning_rate * jnp.minimum(s / warmup, jnp.sqrt(warmup / s))
+    return rsqrt
+  ramp = optax.linear_schedule(0.0, learning_rate, warmup)  # lr * s / warmup up to the peak
+  decay_steps = total_steps + 1 - warmup  # From the peak at s = warmup to 0 at total + 1.
+  if name == "cosine":  # of peak 1, times the peak: optax's form branches on its peak's value,
+    # which a traced peak (the train step's argument) does not have
+    unit = optax.warmup_cosine_decay_schedule(0.0, 1.0, warmup, total_steps + 1, end_value=0.0)
+    schedule = lambda s: learning_rate * unit(s)  # noqa: E731
+  elif name == "linear":
+    schedule = optax.join_schedules(
+        [ramp, optax.linear_schedule(learning_rate, 0.0, decay_steps)], [warmup])
+  else:
+    schedule = optax.join_schedules([ramp, optax.constant_schedule(learning_rate)], [warmup])
+  return lambda step: schedule(jnp.asarray(step) + 1)  # optax counts s from 0, the paper from 1
+
 
 # What `at_peak` gives for a peak learning rate: the optimizer and its schedule.
 OptimizerAtPeak = tuple[optax.GradientTransformation, optax.Schedule]
@@ -20,11 +71,11 @@ OptimizerAtPeak = tuple[optax.GradientTransformation, optax.Schedule]
 
 def learning_rate_fn(config: ml_collections.ConfigDict,
                      peak: Optional[Union[float, jax.Array]] = None) -> optax.Schedule:
-  """The schedule, after checking the optimizer fields: optimizer updates made so far -> the
-  learning rate of the next update (what the optimizer steps with and training logs).
-  `peak` stands for config.learning_rate where given (a traced scalar in the train step)."""
-  check_fields(config)
-  return schedules.make_schedule(
+  """The schedule of an experiment (its optimizer fields checked when it was parsed):
+  optimizer updates made so far -> the learning rate of the next update (what the optimizer
+  steps with and training logs). `peak` stands for config.learning_rate where given (a traced
+  scalar in the train step)."""
+  return make_schedule(
       config.schedule,
       learning_rate=config.learning_rate if peak is None else peak,
       warmup_steps=config.warmup_steps,

@@ -24,9 +24,8 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from transformer import models
-from transformer.errors import ConfigError
 from transformer.training import losses, optimizers, sharding
-from transformer.training.state import TrainState
+from transformer.training.optimizers import TrainState
 
 Batch = dict[str, jax.Array]
 
@@ -255,15 +254,10 @@ def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh)
   optimizer state are laid out by `sharding.tree_shardings` (replicated on an all-data mesh,
   split over the fsdp axis otherwise); the state is donated to the train step.
   """
-  if config.loss_chunk_size and mesh.devices.flat[0].platform in ("gpu", "cuda"):
-    raise ConfigError(
-        f"loss_chunk_size={config.loss_chunk_size} makes a GPU step larger and slower, not "
-        "smaller: each chunk casts the output embedding again and accumulates its own float32 "
-        "gradient of it (docs/speed.md); set --config.loss_chunk_size=0 on GPUs.")
   tx, lr_fn = optimizers.at_peak(config, config.learning_rate)  # for the state and the logs
   loss = dict(label_smoothing=config.label_smoothing, z_loss=config.z_loss)
-  # Any [1, max_len] rows fix the param shapes (a decoder-only model reads only 'targets').
-  rows = {k: jnp.ones((1, config.max_len), jnp.int32) for k in ("inputs", "targets")}
+  # Any [1, max_len] rows of the keys the model reads fix the param shapes.
+  rows = {k: jnp.ones((1, config.max_len), jnp.int32) for k in model.batch_keys}
   init_fn = functools.partial(init_state, model, tx, batch=rows)
   state_sh = sharding.tree_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), mesh)
   repl, data = sharding.replicated(mesh), sharding.batch_sharding(mesh)

@@ -136,11 +136,11 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
   r = loaded.as_run()
   out = {}
   for factor in factors:
-    exp = ml_collections.ConfigDict(loaded.experiment.to_dict())
-    exp.max_len = int(loaded.experiment.max_len * factor)
+    exp = ml_collections.ConfigDict(loaded.config.to_dict())
+    exp.max_len = int(loaded.config.max_len * factor)
     if exp.max_len > loaded.model.config.max_len:
       raise ConfigError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
-    exp.batch_size = max(r.mesh.devices.size, loaded.experiment.batch_size // factor)
+    exp.batch_size = max(r.mesh.devices.size, loaded.config.batch_size // factor)
     datasets = evaluate.run_datasets(loaded, exp)
     out[f"length_{factor:g}x/loss"] = steps.evaluate(r.steps.eval, r.state.params,
                                                      datasets.eval_batches(), r.mesh)["loss"]
@@ -200,7 +200,7 @@ def _trained_result(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
       not config.tokenizer.path:
     config.tokenizer.path = tokenizer_path(sweep, workdir, config)
   try:
-    final = loop.train_and_evaluate(config, run_dir)
+    final = loop.train_and_evaluate(experiment.parse(config), run_dir)
     result.update(status="ok", step=final.get("step"))
     if final.get("bleu_signature"):  # sacrebleu's, for the report to print beside test/bleu
       result["bleu_signature"] = final["bleu_signature"]
@@ -485,14 +485,14 @@ def points_pace(directories: Sequence[str]) -> Pace:
                       "time; give a sweep workdir whose points ran (or leave it out to measure "
                       "the step here).")
   measured = {shape: float(np.median(v)) for shape, v in per_step.items()}
-  flops = {shape: run.step_flops(configs[shape]) for shape in measured}
+  flops = {shape: run.step_flops(experiment.parse(configs[shape])) for shape in measured}
 
   def seconds(config: ml_collections.ConfigDict, first: bool) -> tuple[float, str]:
     del first  # a measured point's time holds its compilation where it had one
     shape = _shape(config)
     if shape in measured:
       return config.num_train_steps * measured[shape], ""
-    own = run.step_flops(config)
+    own = run.step_flops(experiment.parse(config))
     larger = [s for s in measured if flops[s] >= own]
     if larger:
       return config.num_train_steps * measured[min(larger, key=flops.get)], "at most"
