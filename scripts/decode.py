@@ -7,7 +7,7 @@
 The newest readable checkpoint (or --step) and the workdir's tokenizer; beam search (beam 4,
 alpha 0.6, as the paper) unless --method=greedy or --method=sample. The output has exactly one
 line per input line, in order; an empty line gives an empty line. The work is
-`transformer.training.evaluate.decode_file`.
+`transformer.trained.evaluate.decode_file`.
 """
 
 import sys
@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 
 from transformer import cli
-from transformer.training import evaluate
+from transformer.trained import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")

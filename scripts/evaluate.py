@@ -9,7 +9,7 @@ text) and exact-sequence accuracy of beam search (beam 4, alpha 0.6, unless over
 hypotheses.txt / references.txt beside results.json. On a named test set: the BLEU and exact
 match of its decoded --input lines against --reference (one line each), the figure
 `sacrebleu REFERENCE -i HYPOTHESES` prints. Prints the results as JSON. The work is
-`transformer.training.evaluate.evaluate_workdir` and `transformer.training.evaluate.score_file`.
+`transformer.trained.evaluate.evaluate_workdir` and `transformer.trained.evaluate.score_file`.
 """
 
 import json
@@ -18,7 +18,7 @@ import sys
 from absl import app, flags
 
 from transformer import cli
-from transformer.training import evaluate
+from transformer.trained import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")

@@ -13,7 +13,8 @@ import pytest
 from conftest import REPO
 from transformer.errors import ConfigError, RunError
 from transformer.research import analysis
-from transformer.training import experiment, loading, loop, writers
+from transformer.trained import loading
+from transformer.training import experiment, loop, writers
 
 
 def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):

@@ -104,7 +104,7 @@ def test_no_function_in_the_package_is_longer_than_sixty_lines():
 # from the Run's own builders.
 _BUILDERS = {
     "make_mesh": "training/sharding.py", "build_steps": "training/steps.py",
-    "model_class": "model_kinds.py", "build_model": "training/loading.py",
+    "model_class": "models.py", "build_model": "trained/loading.py",
     "random_model": "research/benchmarking.py", "init_params": "models.py training/steps.py",
     "init_state": "training/steps.py", "init": "models.py training/steps.py",
     "eval_shape": "training/steps.py",

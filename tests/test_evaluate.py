@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from conftest import DEFAULT, REPO, script_env
-from test_evaluation import sacrebleu_cli
+from test_bleu import sacrebleu_cli
 from transformer.errors import ConfigError, TrainingError
-from transformer.training import evaluate, experiment, loop, steps
+from transformer.trained import evaluate
+from transformer.training import experiment, loop, steps
 from transformer.training.writers import read_metrics
 
 # 600 steps of configs/default.py (about a minute here) sit on the steep part of the learning
@@ -73,7 +74,7 @@ def test_a_workdir_where_results_cannot_be_written_is_said_before_evaluating(dec
   workdir = tmp_path / "w"
   shutil.copytree(decode_run, workdir, ignore=shutil.ignore_patterns("eval"))
   (workdir / evaluate.EVAL_DIR).write_text("not a directory")
-  monkeypatch.setattr(steps, "evaluate", lambda *a, **k: pytest.fail("evaluated first"))
+  monkeypatch.setattr(steps, "split_metrics", lambda *a, **k: pytest.fail("evaluated first"))
   with pytest.raises(TrainingError, match=rf"^The results directory {workdir}/eval/10 is "
                      r"not writable \(.*\); evaluation writes its results there: make the "
                      "workdir writable"):

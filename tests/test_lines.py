@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from conftest import REPO, script_env
-from test_evaluation import sacrebleu_cli
+from test_bleu import sacrebleu_cli
 from transformer.config import ModelConfig
 from transformer.errors import InferenceError
 from transformer.data import tokenizer as tokenizers
 from transformer.inference import decoding
-from transformer.training import evaluate, experiment, loading
+from transformer.trained import evaluate, loading
+from transformer.training import experiment
 from transformer.inference import lines as lines_io
 from transformer.inference.decode_config import DecodeConfig
 from transformer.models import DecoderOnly

@@ -8,7 +8,7 @@ import pytest
 
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import InferenceError
-from transformer.training import loading
+from transformer.trained import loading
 
 
 def test_mistakes_give_one_clear_line(decode_run, tmp_path):
@@ -68,7 +68,7 @@ def test_readers_take_the_checkpoints_record_not_an_edited_config_json(decode_ru
   """evaluate, decode and analyze read the experiment recorded with the checkpoint, as a
   resume does: an edited config.json is said in a warning and changes no figure."""
   from transformer.research import analysis
-  from transformer.training import evaluate
+  from transformer.trained import evaluate
   workdir = _copy_with_config_file(decode_run, tmp_path / "w", edit)
   with caplog.at_level("WARNING"):
     loaded = loading.load(workdir)

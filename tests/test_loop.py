@@ -20,7 +20,8 @@ from conftest import REPO, read_only, script_env, tiny_experiment
 from transformer import checkpoint, model_summary, storage
 from transformer.data import corpus_files
 from transformer.errors import InferenceError, NonFiniteLossError, TrainingError, UserError
-from transformer.training import evaluate, experiment, loop, run, steps, workdir_checks, writers
+from transformer.trained import evaluate
+from transformer.training import experiment, loop, run, steps, workdir_checks, writers
 
 
 def _losses(workdir):
@@ -59,17 +60,17 @@ def test_a_crash_in_the_last_evaluation_resumes_at_the_end_and_repeats_only_it(
   training, and the restart (nothing left to train) runs the evaluation once more."""
   tiny_config.num_train_steps = 5  # one checkpoint and one evaluation, both at step 5
   workdir = tmp_path / "w"
-  evaluate = steps.evaluate
+  split_metrics = steps.split_metrics
 
   def crash(*args, **kwargs):
     writers.MetricWriter(str(workdir), resume_step=5).write(5, "eval", {"loss": -1.0})  # half done
     raise RuntimeError("killed while evaluating")
 
-  monkeypatch.setattr(steps, "evaluate", crash)
+  monkeypatch.setattr(steps, "split_metrics", crash)
   with pytest.raises(RuntimeError, match="killed while evaluating"):
     loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert checkpoint.Checkpointer(str(workdir)).all_steps() == [5]
-  monkeypatch.setattr(steps, "evaluate", evaluate)
+  monkeypatch.setattr(steps, "split_metrics", split_metrics)
   final = loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert final["step"] == 5 and final["eval"]["loss"] > 0
   train = writers.read_metrics(str(workdir), "train")

@@ -17,7 +17,8 @@ from transformer.config import ModelConfig
 from transformer.errors import ConfigError
 from transformer.inference import decoding
 from transformer.token_ids import EOS_ID, PAD_ID
-from transformer.training import evaluate, experiment, loading, loop, steps, writers
+from transformer.trained import evaluate, loading
+from transformer.training import experiment, heldout, loop, steps, writers
 from transformer.inference.decode_config import DecodeConfig
 
 KIND = f"{__name__}:PrefixLM"  # the model_type that names the class below
@@ -252,9 +253,9 @@ def test_a_third_kind_trains_on_packed_rows_checkpoints_restores_and_decodes(tin
   # The restored params score the eval split as the run did at its end.
   r = loaded.as_run()
   batches = evaluate.run_datasets(loaded).eval_batches()
-  again = steps.evaluate(r.steps.eval, r.state.params, batches, r.mesh)
+  again = steps.split_metrics(r.steps.eval, r.state.params, batches, r.mesh)
   assert again["loss"] == pytest.approx(final["eval"]["loss"], rel=1e-5)
   # Its eval split decodes (the source as the prompt) into BLEU, as a seq2seq model's does.
-  decoded = evaluate.decode_eval_split(r.model, r.state.params, evaluate.run_datasets(loaded),
+  decoded = heldout.decode_eval_split(r.model, r.state.params, evaluate.run_datasets(loaded),
                                        r.mesh, DecodeConfig(method="greedy"))
   assert decoded is not None and len(decoded.hypotheses) > 0

@@ -16,7 +16,8 @@ import pytest
 from conftest import TRAIN, script_env, tiny_train_flags
 from transformer import checkpoint, storage
 from transformer.research import analysis
-from transformer.training import evaluate, writers
+from transformer.trained import evaluate
+from transformer.training import writers
 from transformer.inference import lines as lines_io
 
 

@@ -1,7 +1,7 @@
 """Inference: decoding over the KV cache, BLEU of decoded splits, a workdir's lines in and out.
 
   decoding.py    greedy, sampling and beam search, one jitted while_loop (DecodeConfig)
-  evaluation.py  BLEU (sacrebleu) and exact match of a decoded split
+  bleu.py        BLEU (sacrebleu) and exact match of a decoded split
   lines.py       lines of text in, lines of text out (scripts/decode.py; a checkpoint is
-                 read by transformer.training.loading)
+                 read by transformer.trained.loading)
 """

@@ -2,7 +2,7 @@
 
 An empty line gives an empty line; too long inputs are truncated with one warning counting
 them. scripts/decode.py reads and writes files or stdin/stdout through
-`transformer.training.evaluate.decode_file`, which loads the checkpoint and calls these.
+`transformer.trained.evaluate.decode_file`, which loads the checkpoint and calls these.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from absl import logging
 from transformer import models, storage
 from transformer.config import ModelConfig
 from transformer.data import corpus_files
-from transformer.inference import decoding, evaluation
+from transformer.inference import bleu, decoding
 from transformer.inference.decode_config import DecodeConfig
 from transformer.data.tokenizer import Tokenizer
 from transformer.errors import InferenceError
@@ -29,7 +29,7 @@ from transformer.token_ids import EOS_ID, UNK_ID
 
 class Loaded(Protocol):
   """A trained model ready to decode: what these functions read of it. A workdir's checkpoint
-  read by `transformer.training.loading.load` is one; any object with these fields is."""
+  read by `transformer.trained.loading.load` is one; any object with these fields is."""
   model: models.ModelKind
   params: Any  # the model's param tree
   tokenizer: Tokenizer
@@ -129,7 +129,7 @@ def decode_lines(loaded: Loaded, lines: Sequence[str], config: DecodeConfig = De
                                 jax.random.fold_in(rng, b), out_limit=limit)
     tokens = np.asarray(tokens)
     for r, i in enumerate(rows):
-      outputs[i] = evaluation.one_line(loaded.tokenizer.decode(tokens[r]))
+      outputs[i] = bleu.one_line(loaded.tokenizer.decode(tokens[r]))
   return outputs
 
 

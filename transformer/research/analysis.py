@@ -26,7 +26,7 @@ import numpy as np
 from transformer import checkpoint, diagnostics, storage
 from transformer.errors import ConfigError, RunError
 from transformer.token_ids import EOS_ID, PAD_ID
-from transformer.training import evaluate, loading
+from transformer.trained import evaluate, loading
 from transformer.training.writers import read_metrics
 
 NUM_BATCHES = 4  # held-out batches averaged over

@@ -3,7 +3,7 @@ the compiled program.
 
 With `libtpu` installed (`pip install -e '.[tpu]'`), JAX compiles for a TPU topology it is
 not running on (`jax.experimental.topologies`), here on a CPU. `compile_report` builds the
-train step exactly as training does (`run.setup`: the same mesh, shardings, state
+train step exactly as training does (`run.abstract`: the same mesh, shardings, state
 donation and attention kernel, 'auto' resolved for the target's chip) for the target's
 devices, compiles it, and reports per device:
 

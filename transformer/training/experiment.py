@@ -134,7 +134,7 @@ def with_defaults(recorded: dict[str, Any]) -> ml_collections.ConfigDict:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-  """An experiment, checked and frozen: what a run is built from (`training.run.setup`)."""
+  """An experiment, checked and frozen: what a run is built from (`training.run`'s constructors)."""
   config: ml_collections.FrozenConfigDict  # every field, as given (read-only)
   model: ModelConfig  # recipe + overrides; its vocabulary as the config's data plans it
   vocab_from: str  # where model.vocab_size comes from (data.settings.planned_vocab_size)

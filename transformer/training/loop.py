@@ -26,7 +26,7 @@ from tqdm import tqdm
 from transformer import checkpoint, diagnostics, model_summary, models, storage
 from transformer.data import pipeline
 from transformer.errors import NonFiniteLossError, UserError, disk_full, one_line
-from transformer.training import (evaluate, experiment, run, sharding, stop_signals,
+from transformer.training import (experiment, heldout, run, sharding, stop_signals,
                                   workdir_checks)
 from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
 
@@ -92,7 +92,7 @@ class _Training:
   train_rng: jax.Array
   resolved: dict[str, Any]  # the config as saved with each checkpoint
   primary: bool  # process 0: it writes the metrics
-  heldout: list[Any]  # the diagnostics' held-out batches, the same at every step
+  diagnostics_batches: list[Any]  # the diagnostics' held-out batches, the same at every step
   counts: diagnostics.TokenCounts
 
 
@@ -136,12 +136,15 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   if primary:
     checkpoint.write_config(workdir, resolved)
   writer = MetricWriter(workdir, enabled=primary, resume_step=r.start_step,
-                        rerun_splits=evaluate.EVAL_SPLITS)
-  heldout = [sharding.global_batch(b, r.mesh) for b in itertools.islice(
-      datasets.eval_batches(), config.diagnostics_batches)] if config.diagnostics_every_steps else []
+                        rerun_splits=heldout.EVAL_SPLITS)
+  diagnostics_batches = [
+      sharding.global_batch(b, r.mesh)
+      for b in itertools.islice(datasets.eval_batches(), config.diagnostics_batches)
+  ] if config.diagnostics_every_steps else []
   counts = diagnostics.TokenCounts(exp.model.target_vocab_size or exp.model.vocab_size)
-  return _Training(dataclasses.replace(r, state=None), r.state, workdir, datasets, writer, train_iter, run.rngs(config)[1],
-                   resolved, primary, heldout, counts)
+  return _Training(dataclasses.replace(r, state=None), r.state, workdir, datasets, writer,
+                   train_iter, run.rngs(config)[1], resolved, primary, diagnostics_batches,
+                   counts)
 
 
 def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
@@ -251,13 +254,14 @@ def _train_step(job: _Training, step: int) -> tuple[dict[str, jax.Array], float]
     job.counts.add(host_batch)
     if step == 0:  # the scales at initialisation, logged as step 0
       job.writer.write(0, "diagnostics", diagnostics.heldout_scale_diagnostics(
-          job.run.model, job.state.params, job.heldout, job.counts.frequency()))
+          job.run.model, job.state.params, job.diagnostics_batches, job.counts.frequency()))
   old_params = jax.tree_util.tree_map(jnp.copy, job.state.params) if diagnose else None  # donated
   job.state, metrics = job.run.steps.train(job.state, batch, job.train_rng)
   if diagnose:  # gradients at old_params with the step's dropout key
     grads = job.run.steps.grads(old_params, batch, jax.random.fold_in(job.train_rng, step))
     job.writer.write(step + 1, "diagnostics", diagnostics.training_diagnostics(
-        job.run.model, old_params, job.state.params, grads, job.heldout, job.counts.frequency()))
+        job.run.model, old_params, job.state.params, grads, job.diagnostics_batches,
+        job.counts.frequency()))
   return metrics, waited
 
 
@@ -287,7 +291,7 @@ def _evaluate(job: _Training, step: int, final: dict[str, Any], window: MetricWi
   no training: the resumed run repeats them); their time is not training throughput."""
   with window.paused():
     r = job.run
-    evaluate.evaluations_due(step, r.config, r.model, job.state.params, r.steps.eval,
+    heldout.evaluations_due(step, r.config, r.model, job.state.params, r.steps.eval,
                              job.datasets, r.mesh, job.writer, final)
 
 

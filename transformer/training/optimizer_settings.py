@@ -1,10 +1,10 @@
 """The optimizer and schedule fields of an experiment config: their defaults and their checks,
-importing no jax (the config is checked before jax starts). `optimizers` and `schedules`
-build from them.
+importing no jax (the config is checked before jax starts). `optimizers` builds the
+schedule and the optimizer from them.
 
 Fields:
   optimizer        'adam' (the paper), 'adamw', 'adafactor', 'sgd' (with momentum)
-  learning_rate    the schedule's peak (see schedules.py)
+  learning_rate    the schedule's peak (see optimizers.make_schedule)
   schedule         'rsqrt', 'cosine', 'constant', 'linear'
   warmup_steps     optimizer updates of warmup
   num_train_steps  optimizer updates in the run (the decay horizon)

@@ -11,7 +11,7 @@ named constructors:
 before any workdir exists and hands the mesh on.
 
 The training loop, evaluation, the sweep runner, the benchmark, the compile report and the
-reading of a checkpoint (`training.loading`) all take their model, mesh, steps and state from
+reading of a checkpoint (`trained.loading`) all take their model, mesh, steps and state from
 here (a decode-only read and the decoding benchmark through its `build_model` and
 `random_model`); nothing else builds one (tests/test_architecture.py walks the package).
 """

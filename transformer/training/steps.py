@@ -278,8 +278,8 @@ def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh)
                *(OnMesh(fn, mesh) for fn in (eval_step, grads, init)), state_sh, tx, lr_fn)
 
 
-def evaluate(eval_step: Callable[[Any, Batch], losses.LossOutput], params: Any,
-             batches: Iterable[dict[str, Any]], mesh: Mesh) -> dict[str, float]:
+def split_metrics(eval_step: Callable[[Any, Batch], losses.LossOutput], params: Any,
+                  batches: Iterable[dict[str, Any]], mesh: Mesh) -> dict[str, float]:
   """`losses.summarize` of the sums over host batches (each process its rows): loss,
   perplexity, accuracy... of a whole split, each example counted once."""
   total = losses.LossOutput.total(

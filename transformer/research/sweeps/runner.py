@@ -40,8 +40,8 @@ from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sw
                                               check_sweep, expand, is_finished, load_sweep,
                                               point_config, point_dir)
 from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
-from transformer.training import (evaluate, experiment, loading, loop, run, steps,
-                                  workdir_checks)
+from transformer.trained import evaluate, loading
+from transformer.training import experiment, loop, run, steps, workdir_checks
 from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
@@ -142,7 +142,7 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
       raise ConfigError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
     exp.batch_size = max(r.mesh.devices.size, loaded.config.batch_size // factor)
     datasets = evaluate.run_datasets(loaded, exp)
-    out[f"length_{factor:g}x/loss"] = steps.evaluate(r.steps.eval, r.state.params,
+    out[f"length_{factor:g}x/loss"] = steps.split_metrics(r.steps.eval, r.state.params,
                                                      datasets.eval_batches(), r.mesh)["loss"]
   return out
 

@@ -1,9 +1,10 @@
-"""Evaluation of a run: the loss of a split and the BLEU of its decoding, on a mesh; and a
-workdir's checkpoint decoding lines of a file (`decode_file`, `score_file`).
+"""A finished run's workdir, read offline: the loss, perplexity and token accuracy of its eval
+split and the BLEU of its decoding (`evaluate_workdir`, scripts/evaluate.py), lines of a file
+decoded (`decode_file`, scripts/decode.py) or scored against references (`score_file`).
 
-The training loop logs both (`bleu_every_steps` for BLEU); `evaluate_workdir` does the same
-for any checkpoint of a finished run (scripts/evaluate.py), with the step that training uses
-(`steps.build_steps`), so its eval loss is the one training logged.
+Each takes the run's newest readable checkpoint (`loading.load`) and the same eval step and
+decoding as training's held-out scores (`transformer.training.heldout`), so its eval loss is
+the one training logged.
 """
 
 from __future__ import annotations
@@ -12,81 +13,28 @@ import dataclasses
 import json
 from typing import Any, Optional
 
-import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-from absl import logging
-from jax.experimental import multihost_utils
 
 from transformer import storage
 from transformer.data import pipeline, settings
 from transformer.errors import InferenceError, UserError
-from transformer.inference import evaluation, lines
+from transformer.inference import bleu, lines
 from transformer.inference.decode_config import DecodeConfig
-from transformer.training import loading, sharding, steps, workdir_checks, writers
+from transformer.trained import loading
+from transformer.training import steps, workdir_checks
+from transformer.training.heldout import decode_eval_split
 
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
-# The splits training's evaluations write; at a resumed step they are run again, so their
-# records there are dropped first.
-EVAL_SPLITS = ("eval", "test", "decode")
-
-
-def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Module,
-                    params: Any, eval_step: Any, datasets: pipeline.Datasets,
-                    mesh: jax.sharding.Mesh, writer: writers.MetricWriter,
-                    final: dict[str, Any]) -> None:
-  """Training's evaluations due at `step`: the eval split every eval_every_steps, the test
-  split once at the end, BLEU every bleu_every_steps (and the test split's at the end); each
-  written and put in `final`."""
-  is_last = step == config.num_train_steps
-  if step % config.eval_every_steps == 0 or is_last:
-    final["eval"] = steps.evaluate(eval_step, params, datasets.eval_batches(), mesh)
-    writer.write(step, "eval", final["eval"])
-    logging.info("step %d eval %s", step, final["eval"])
-  if is_last and datasets.test_batches() is not None:  # scored once, at the end
-    final["test"] = steps.evaluate(eval_step, params, datasets.test_batches(), mesh)
-    writer.write(step, "test", final["test"])
-    logging.info("step %d test %s", step, final["test"])
-  if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
-    decoded = decode_eval_split(model, params, datasets, mesh)
-    final["decode"] = decoded.metrics()
-    examples = decoded.examples_markdown(config.num_decode_examples)
-    writer.write(step, "decode", final["decode"])
-    writer.write_text(step, "decode/examples", examples)
-    logging.info("step %d decode %s\n%s", step, final["decode"], examples)
-    if is_last and "test" in final:  # the reported BLEU: the test split's, once
-      decoded = decode_eval_split(model, params, datasets, mesh, split="test")
-      final["test"].update(decoded.metrics())
-      final["bleu_signature"] = decoded.bleu.signature
-      writer.write(step, "test", decoded.metrics())
-      logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
-                   final["bleu_signature"])
-
-
-def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,
-                      mesh: jax.sharding.Mesh, config: DecodeConfig = DecodeConfig(), *,
-                      split: str = "eval") -> Optional[evaluation.DecodedSplit]:
-  """`evaluation.decode_split` over `datasets.eval_batches()` (split 'eval') or
-  `datasets.test_batches()` (split 'test') on a mesh (any process count); None for a model
-  whose rows hold nothing to decode from.
-
-  Each process places its rows of each global batch; every process gets the whole batch's
-  outputs back, so each computes the same corpus BLEU.
-  """
-  batches = {"eval": datasets.eval_batches, "test": datasets.test_batches}[split]()
-  return evaluation.decode_split(
-      model, params, batches, datasets.decode_ids, config,
-      place=lambda b: sharding.global_batch(b, mesh),
-      fetch=lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)))
 
 
 def check_run_data(loaded: loading.Loaded,
-                   experiment: Optional[ml_collections.ConfigDict] = None) -> None:
+                   config: Optional[ml_collections.ConfigDict] = None) -> None:
   """One line where a loaded run's data cannot be its own: its data files hold other text
   than it was trained on (its held-out split would be other text), or a data path is on
   gs:// without gcsfs. Before any work or any file is written."""
-  settings.check_paths_reachable(experiment or loaded.config, prefix="the run's ")
+  settings.check_paths_reachable(config or loaded.config, prefix="the run's ")
   changed = workdir_checks.changed_data_files(loaded.identity, loaded.config,
                                               loaded.workdir)
   if changed:
@@ -97,13 +45,13 @@ def check_run_data(loaded: loading.Loaded,
 
 
 def run_datasets(loaded: loading.Loaded,
-                 experiment: Optional[ml_collections.ConfigDict] = None) -> pipeline.Datasets:
-  """The datasets of a loaded run (`experiment`: its recorded one, or a copy with eval-time
-  changes such as the batch size), after `check_run_data`. Every reader of a run's data
-  (evaluate, analyze, the sweep runner) takes them here."""
-  check_run_data(loaded, experiment)
+                 config: Optional[ml_collections.ConfigDict] = None) -> pipeline.Datasets:
+  """The datasets of a loaded run (`config`: its recorded experiment's, or a copy with
+  eval-time changes such as the batch size), after `check_run_data`. Every reader of a run's
+  data (evaluate, analyze, the sweep runner) takes them here."""
+  check_run_data(loaded, config)
   try:
-    return pipeline.get_datasets(experiment or loaded.config, workdir=loaded.workdir)
+    return pipeline.get_datasets(config or loaded.config, workdir=loaded.workdir)
   except UserError as e:
     raise InferenceError(
         f"The data of {loaded.workdir} cannot be read ({' '.join(str(e).split())}).") from None
@@ -133,7 +81,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   datasets = run_datasets(loaded, exp)
   r = loaded.as_run(exp)
   results: dict[str, Any] = {"workdir": workdir, "step": loaded.step, "split": "eval"}
-  results.update(steps.evaluate(r.steps.eval, r.state.params, datasets.eval_batches(), r.mesh))
+  results.update(steps.split_metrics(r.steps.eval, r.state.params, datasets.eval_batches(), r.mesh))
   decoded = decode_eval_split(r.model, r.state.params, datasets, r.mesh, config) if decode \
       else None
   if decoded is not None:
@@ -194,9 +142,9 @@ def score_file(workdir: str, input_path: str, reference_path: str,
   hypotheses = lines.decode_lines(loaded, sources, config, batch_size=batch_size, seed=seed)
   if output_path is not None:
     lines.write_lines(output_path, hypotheses)
-  bleu = evaluation.corpus_bleu(hypotheses, references)
+  score = bleu.corpus_bleu(hypotheses, references)
   return {"workdir": workdir, "step": loaded.step, "input": input_path,
           "reference": reference_path, "hypotheses_file": output_path,
-          "num_examples": len(sources), "bleu": bleu.score, "bleu_signature": bleu.signature,
+          "num_examples": len(sources), "bleu": score.score, "bleu_signature": score.signature,
           "exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)]))
           if sources else 0.0}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from transformer.inference import evaluation
+from transformer.inference import bleu
 
 SACREBLEU = str(pathlib.Path(sys.executable).parent / "sacrebleu")
 
@@ -25,28 +25,28 @@ def test_bleu_equals_the_sacrebleu_command_line(tmp_path):
                 "x y z w", "it is a guide to action that ensures that the military"]
   (tmp_path / "hyp.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
   (tmp_path / "ref.txt").write_text("".join(r + "\n" for r in references), encoding="utf-8")
-  result = evaluation.corpus_bleu(hypotheses, references)
+  result = bleu.corpus_bleu(hypotheses, references)
   assert 0 < result.score < 100
   assert result.score == pytest.approx(sacrebleu_cli(tmp_path / "ref.txt", tmp_path / "hyp.txt"),
                                        abs=1e-6)
   assert "nrefs:1" in result.signature and "tok:13a" in result.signature
   with pytest.raises(ValueError, match="one hypothesis per reference"):
-    evaluation.corpus_bleu(["a"], [])
+    bleu.corpus_bleu(["a"], [])
 
 
 def test_exact_match_and_examples():
-  assert evaluation.until_eos([5, 6, 1, 7, 0]) == (5, 6, 1)
-  assert evaluation.until_eos([5, 6, 0, 0]) == (5, 6)
-  split = evaluation.DecodedSplit(sources=["a b", "c|d"], hypotheses=["b a", "d c"],
+  assert bleu.until_eos([5, 6, 1, 7, 0]) == (5, 6, 1)
+  assert bleu.until_eos([5, 6, 0, 0]) == (5, 6)
+  split = bleu.DecodedSplit(sources=["a b", "c|d"], hypotheses=["b a", "d c"],
                                   references=["b a", "d|c"], exact=[True, False])
   metrics = split.metrics()
   assert metrics["exact_match"] == 0.5 and metrics["num_examples"] == 2.0
-  assert metrics["bleu"] == evaluation.corpus_bleu(["b a", "d c"], ["b a", "d|c"]).score
+  assert metrics["bleu"] == bleu.corpus_bleu(["b a", "d c"], ["b a", "d|c"]).score
   table = split.examples_markdown(1)
   assert table.splitlines()[-1] == "| a b | b a | b a |" and len(table.splitlines()) == 3
   assert "c\\|d" in split.examples_markdown(5)
 
 
 def test_one_line():
-  assert evaluation.one_line("a\nb\r\nc\rd") == "a b c d"
-  assert evaluation.one_line("a\u2028b") == "a\u2028b"  # not a line break to Python's files
+  assert bleu.one_line("a\nb\r\nc\rd") == "a b c d"
+  assert bleu.one_line("a\u2028b") == "a\u2028b"  # not a line break to Python's files

@@ -5,7 +5,7 @@ detokenized text: hypotheses and references are the tokenizer's decode of the id
 figure is the one `sacrebleu REFERENCES -i HYPOTHESES` prints for the same lines. Exact match
 compares ids up to and including EOS. Line breaks inside a decoded text become spaces, so
 each example is one line. Used by the training loop (every `bleu_every_steps`)
-and by `scripts/evaluate.py` (through `transformer.training.evaluate`).
+and by `scripts/evaluate.py` (through `transformer.trained.evaluate`).
 """
 
 from __future__ import annotations

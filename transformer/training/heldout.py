@@ -1,0 +1,74 @@
+"""The training loop's held-out scores: the loss of the eval split every eval_every_steps,
+the test split's once at the end, and the BLEU of decoding them (`bleu_every_steps`), on the
+mesh. `transformer.trained.evaluate` scores a finished run's checkpoint the same way, with
+the same eval step, so its eval loss is the one training logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+from transformer.data import pipeline
+from transformer.inference import bleu
+from transformer.inference.decode_config import DecodeConfig
+from transformer.training import sharding, steps, writers
+
+# The splits training's evaluations write; at a resumed step they are run again, so their
+# records there are dropped first.
+EVAL_SPLITS = ("eval", "test", "decode")
+
+
+def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Module,
+                    params: Any, eval_step: Any, datasets: pipeline.Datasets,
+                    mesh: jax.sharding.Mesh, writer: writers.MetricWriter,
+                    final: dict[str, Any]) -> None:
+  """Training's evaluations due at `step`: the eval split every eval_every_steps, the test
+  split once at the end, BLEU every bleu_every_steps (and the test split's at the end); each
+  written and put in `final`."""
+  is_last = step == config.num_train_steps
+  if step % config.eval_every_steps == 0 or is_last:
+    final["eval"] = steps.split_metrics(eval_step, params, datasets.eval_batches(), mesh)
+    writer.write(step, "eval", final["eval"])
+    logging.info("step %d eval %s", step, final["eval"])
+  if is_last and datasets.test_batches() is not None:  # scored once, at the end
+    final["test"] = steps.split_metrics(eval_step, params, datasets.test_batches(), mesh)
+    writer.write(step, "test", final["test"])
+    logging.info("step %d test %s", step, final["test"])
+  if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
+    decoded = decode_eval_split(model, params, datasets, mesh)
+    final["decode"] = decoded.metrics()
+    examples = decoded.examples_markdown(config.num_decode_examples)
+    writer.write(step, "decode", final["decode"])
+    writer.write_text(step, "decode/examples", examples)
+    logging.info("step %d decode %s\n%s", step, final["decode"], examples)
+    if is_last and "test" in final:  # the reported BLEU: the test split's, once
+      decoded = decode_eval_split(model, params, datasets, mesh, split="test")
+      final["test"].update(decoded.metrics())
+      final["bleu_signature"] = decoded.bleu.signature
+      writer.write(step, "test", decoded.metrics())
+      logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
+                   final["bleu_signature"])
+
+
+def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,
+                      mesh: jax.sharding.Mesh, config: DecodeConfig = DecodeConfig(), *,
+                      split: str = "eval") -> Optional[bleu.DecodedSplit]:
+  """`bleu.decode_split` over `datasets.eval_batches()` (split 'eval') or
+  `datasets.test_batches()` (split 'test') on a mesh (any process count); None for a model
+  whose rows hold nothing to decode from.
+
+  Each process places its rows of each global batch; every process gets the whole batch's
+  outputs back, so each computes the same corpus BLEU.
+  """
+  batches = {"eval": datasets.eval_batches, "test": datasets.test_batches}[split]()
+  return bleu.decode_split(
+      model, params, batches, datasets.decode_ids, config,
+      place=lambda b: sharding.global_batch(b, mesh),
+      fetch=lambda x: np.asarray(multihost_utils.process_allgather(x, tiled=True)))
