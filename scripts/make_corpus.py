@@ -7,27 +7,17 @@ documentation packages as one xz'd text file (--corpus=debian_docs).
       python3.11-doc perl-doc git-doc)
   python scripts/make_corpus.py --corpus=debian_docs --debs=/tmp/debs --out=data/debian_docs_en.txt.xz
 
-catalogs:
-Reads every installed German gettext catalog (/usr/share/locale/de/LC_MESSAGES/*.mo and the
-like; `transformer.data.message_catalogs` says what is kept), writes source<TAB>target lines
-and OUT.json (each catalog's pair count, the line count and the file's sha256, so a result
-can name the corpus it came from). What a machine yields depends on the packages it has
-installed. Train on it with --config.dataset=parallel_text --config.data_files=OUT (the
-translation sweeps do).
+catalogs (`transformer.data.message_catalogs.write_corpus`): every installed German gettext
+catalog as source<TAB>target lines, and OUT.json; what a machine yields depends on the
+packages it has installed. Train on it with --config.dataset=parallel_text
+--config.data_files=OUT (the translation sweeps do).
 
-debian_docs: the packages of `transformer.data.package_texts.DEBIAN_DOCS` (Debian 12), their
-paragraphs in package order, one blank line apart; OUT.json names each package's version,
-licence and paragraph and word counts, and the file's sha256. The paper-size campaign
-(configs/sweeps/p1_paper_size.py) trains on it with --config.data_files=OUT; its split is drawn
-once from the file by split_seed.
+debian_docs (`transformer.data.package_texts.write_corpus`): the paragraphs of six Debian 12
+documentation packages, and OUT.json. The paper-size campaign (configs/sweeps/p1_paper_size.py)
+trains on it with --config.data_files=OUT; its split is drawn once by split_seed.
 """
 
-import collections
-import hashlib
-import json
-import lzma
 import os
-import re
 
 from absl import app, flags
 
@@ -53,9 +43,10 @@ def main(argv):
   out = default[_CORPUS.value] if _OUT.value is None else _OUT.value
   check_out(out)
   if _CORPUS.value == "debian_docs":
-    print(debian_docs(out, _DEBS.value))
+    print(package_texts.write_corpus(out, _DEBS.value))
   else:
-    print(catalogs(out))
+    print(message_catalogs.write_corpus(out, _LANG.value, _CATALOGS.value,
+                                        max_words=_MAX_WORDS.value, min_pairs=_MIN_PAIRS.value))
 
 
 def check_out(out: str) -> None:
@@ -72,50 +63,6 @@ def check_out(out: str) -> None:
       raise errors.ConfigError(f"Cannot make the folder of --out={out} ({e.strerror}); pass "
                                "another path.") from None
   lines.check_writable(out, out_flag="--out")
-
-
-def debian_docs(out: str, debs: str) -> str:
-  """Writes the packages' paragraphs to `out` (xz) and its manifest; returns a summary line."""
-  if not out.endswith(".txt.xz"):
-    raise app.UsageError(f"--out={out} must end in .txt.xz (the corpus is written xz'd).")
-  manifest = {"packages": {}}
-  parts = []
-  for package in package_texts.DEBIAN_DOCS:
-    deb = package_texts.find_deb(debs, package.package)
-    docs = package_texts.documents(deb, package)
-    manifest["packages"][package.package] = {
-        "deb": os.path.basename(deb), "licence": package.licence, "what": package.what,
-        "paragraphs": len(docs), "words": sum(len(d.split()) for d in docs)}
-    parts += docs
-  text = "\n\n".join(re.sub(r"\n\s*\n", "\n", d) for d in parts).encode() + b"\n"
-  packed = lzma.compress(text, preset=6)
-  manifest.update(paragraphs=len(parts), words=sum(p["words"] for p in manifest["packages"].values()),
-                  text_bytes=len(text), xz_bytes=len(packed),
-                  sha256=hashlib.sha256(packed).hexdigest())
-  storage.write_atomically(out, packed)
-  storage.write_atomically(out + ".json", json.dumps(manifest, indent=1))
-  return (f"{len(parts)} paragraphs, {manifest['words']} words of {len(package_texts.DEBIAN_DOCS)} "
-          f"packages -> {out} ({len(packed) / 2**20:.1f} MiB, sha256 {manifest['sha256'][:16]})")
-
-
-def catalogs(out: str) -> str:
-  """Writes the message catalogs' pairs to `out` and its manifest; returns a summary line."""
-  paths = message_catalogs.catalog_paths(_LANG.value, _CATALOGS.value)
-  pairs = message_catalogs.sentence_pairs(paths, max_words=_MAX_WORDS.value)
-  if len(pairs) < _MIN_PAIRS.value:
-    raise errors.MissingFileError(
-        f"Only {len(pairs)} pairs in {len(paths)} {_LANG.value!r} catalogs under "
-        f"{', '.join(_CATALOGS.value)}; install the language's translations "
-        f"(on Debian/Ubuntu the packages' locale files, e.g. language-pack-{_LANG.value}) "
-        "or train on a TSV of your own.")
-  message_catalogs.write_tsv(pairs, out)
-  with open(out, "rb") as f:
-    digest = hashlib.sha256(f.read()).hexdigest()
-  counts = collections.Counter(p.catalog for p in pairs)
-  manifest = {"pairs": len(pairs), "sha256": digest, "lang": _LANG.value,
-              "max_words": _MAX_WORDS.value, "catalogs": dict(sorted(counts.items()))}
-  storage.write_atomically(out + ".json", json.dumps(manifest, indent=1))
-  return f"{len(pairs)} pairs from {len(counts)} catalogs -> {out} (sha256 {digest[:16]})"
 
 
 if __name__ == "__main__":

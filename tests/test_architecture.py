@@ -184,3 +184,10 @@ def test_diagnostics_name_no_module_of_the_model():
   parts = {part for s in strings for part in re.split(r"[^\w]+", s)}
   found = sorted(names & parts)
   assert "self_attention" in names and not found, found
+
+
+def test_every_script_is_thin():
+  """A script parses its flags and calls the library: at most 90 lines each."""
+  long = {p.name: n for p in (REPO / "scripts").glob("*.py")
+          if (n := len(p.read_text().splitlines())) > 90}
+  assert not long, long

@@ -88,8 +88,8 @@ def test_readers_take_the_checkpoints_record_not_an_edited_config_json(decode_ru
 def test_the_summary_in_config_json_counts_the_restored_params(decode_run):
   """An encoder-decoder run: the parameter count logged at the start (and kept in config.json)
   is the count of the params restored from its checkpoint."""
-  from transformer import checkpoint, model_summary
+  from transformer import checkpoint, model_summary, models
   restored = checkpoint.load_params(decode_run)
   saved = checkpoint.read_config(decode_run)["summary"]
-  assert saved["params"] == model_summary.param_counts(restored.params)
+  assert saved["params"] == model_summary.param_counts(models.parameter_groups(restored.params))
   assert saved["params"]["encoder"] > 0 and saved["params"]["total"] > 0

@@ -1,8 +1,8 @@
 """What a model is: its parameters per module and its analytic FLOPs per token.
 
-`summarize(params, forward_flops, seq_len)` counts the parameters of a param tree by module
-(token embedding, encoder stack, decoder stack, output projection; a tied projection is the
-embedding, counted once) beside the FLOPs per token of the formula below (each model's
+`summarize(groups, forward_flops, seq_len)` counts the parameters of a model by the parts its
+`parameter_groups` name (each embedding matrix, each stack, an untied output projection; a
+tied projection is the embedding, counted once) beside the FLOPs per token of the formula below (each model's
 `forward_flops` applies it to its own structure), the one scripts/benchmark.py divides by
 step time for MFU. Training logs it at the start and writes it
 into config.json.
@@ -24,9 +24,7 @@ A decoder-only model is the decoder without cross-attention. Gated FFNs count 6 
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import jax
+from typing import Any, Mapping, Sequence
 
 from transformer.config import ModelConfig
 
@@ -47,20 +45,14 @@ def forward_flops(cfg: ModelConfig, source_len: int, target_len: int, *,
   return float(total)
 
 
-# Top-level param collections -> the module they belong to in the summary.
-_GROUPS = {"embedding": "token_embedding", "source_embedding": "token_embedding",
-           "target_embedding": "token_embedding", "encoder": "encoder", "decoder": "decoder",
-           "output_logits": "output_projection"}
-
-
-def param_counts(params: Any) -> dict[str, int]:
-  """{'token_embedding', 'encoder', 'decoder', 'output_projection', ..., 'total'}: parameters
-  per module of a param tree (arrays or ShapeDtypeStructs); each array counted once."""
-  counts = {"token_embedding": 0, "encoder": 0, "decoder": 0, "output_projection": 0}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    top = getattr(path[0], "key", str(path[0]))
-    group = _GROUPS.get(top, top)
-    counts[group] = counts.get(group, 0) + math.prod(leaf.shape)
+def param_counts(groups: Mapping[str, Sequence[Any]]) -> dict[str, int]:
+  """{part: parameters, ..., 'total'}: a model's parameter groups (its `parameter_groups` of
+  a param tree of arrays or ShapeDtypeStructs) counted by the part each belongs to, the name
+  before '/' (an embedding matrix, a stack, 'output' for an untied projection)."""
+  counts: dict[str, int] = {}
+  for name, leaves in groups.items():
+    part = name.split("/")[0]
+    counts[part] = counts.get(part, 0) + sum(math.prod(x.shape) for x in leaves)
   counts["total"] = sum(counts.values())
   return counts
 
@@ -70,11 +62,13 @@ def train_flops(forward_flops: float, batch_size: int) -> float:
   return 3.0 * batch_size * forward_flops
 
 
-def summarize(params: Any, forward_flops: float, seq_len: int) -> dict[str, Any]:
-  """Parameter counts, and the FLOPs per target token of a forward pass over rows of `seq_len`
-  tokens (both sides) costing `forward_flops` (`models.row_flops` of seq_len)."""
+def summarize(groups: Mapping[str, Sequence[Any]], forward_flops: float,
+              seq_len: int) -> dict[str, Any]:
+  """Parameter counts of a model's parameter groups (`param_counts`), and the FLOPs per target
+  token of a forward pass over rows of `seq_len` tokens (both sides) costing `forward_flops`
+  (`models.row_flops` of seq_len)."""
   forward = forward_flops / seq_len
-  return {"params": param_counts(params),
+  return {"params": param_counts(groups),
           "flops_per_token": {"forward": forward, "train": train_flops(forward, 1),
                               "seq_len": seq_len}}
 

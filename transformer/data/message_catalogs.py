@@ -20,16 +20,19 @@ default.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import fnmatch
 import glob
+import hashlib
+import json
 import os
 import re
 import struct
 from typing import Iterable, Sequence
 
 from transformer import storage
-from transformer.errors import ConfigError
+from transformer.errors import ConfigError, MissingFileError
 
 LOCALE_GLOBS = ("/usr/share/locale/{lang}/LC_MESSAGES/*.mo",
                 "/usr/share/*/lang/{lang}/LC_MESSAGES/*.mo",
@@ -127,8 +130,30 @@ def sentence_pairs(paths: Iterable[str], max_words: int = 30) -> list[Pair]:
   return pairs
 
 
-def write_tsv(pairs: Sequence[Pair], path: str) -> None:
-  """source<TAB>target, one pair a line (what parallel_text reads)."""
+def write_tsv(pairs: Sequence[Pair], path: str) -> bytes:
+  """source<TAB>target, one pair a line (what parallel_text reads); returns what it wrote."""
   storage.as_path(path).parent.mkdir(parents=True, exist_ok=True)
-  storage.write_atomically(path, "".join(f"{p.source}\t{p.target}\n" for p in pairs)
-                           .encode("utf-8"))
+  data = "".join(f"{p.source}\t{p.target}\n" for p in pairs).encode("utf-8")
+  storage.write_atomically(path, data)
+  return data
+
+
+def write_corpus(out: str, lang: str, globs: Sequence[str], *, max_words: int,
+                 min_pairs: int) -> str:
+  """The pairs of the `lang` catalogs under `globs` written to `out` as a TSV, with OUT.json
+  beside it (each catalog's pair count, the settings and the file's sha256, so a result can
+  name the corpus it came from); returns a summary line. Fewer than `min_pairs` pairs is one
+  line saying what to install."""
+  paths = catalog_paths(lang, globs)
+  pairs = sentence_pairs(paths, max_words=max_words)
+  if len(pairs) < min_pairs:
+    raise MissingFileError(
+        f"Only {len(pairs)} pairs in {len(paths)} {lang!r} catalogs under {', '.join(globs)}; "
+        "install the language's translations (on Debian/Ubuntu the packages' locale files, "
+        f"e.g. language-pack-{lang}) or train on a TSV of your own.")
+  digest = hashlib.sha256(write_tsv(pairs, out)).hexdigest()
+  counts = collections.Counter(p.catalog for p in pairs)
+  manifest = {"pairs": len(pairs), "sha256": digest, "lang": lang, "max_words": max_words,
+              "catalogs": dict(sorted(counts.items()))}
+  storage.write_atomically(out + ".json", json.dumps(manifest, indent=1))
+  return f"{len(pairs)} pairs from {len(counts)} catalogs -> {out} (sha256 {digest[:16]})"

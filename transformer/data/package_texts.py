@@ -16,7 +16,12 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import gzip
+import hashlib
 import io
+import json
+import lzma
+import os
+import re
 import tarfile
 from typing import Iterator, Sequence
 
@@ -112,3 +117,31 @@ def documents(deb_path: str, package: PackageText) -> list[str]:
     raise ConfigError(f"{deb_path} has no member matching {list(package.members)}; is it the "
                       f"package {package.package} of Debian 12?")
   return docs
+
+
+def write_corpus(out: str, debs: str) -> str:
+  """The paragraphs of DEBIAN_DOCS's packages (their .deb files in `debs`), in package order,
+  one blank line apart, written xz'd to `out` (which ends in .txt.xz), with OUT.json beside
+  it (each package's version, licence and paragraph and word counts, and the file's sha256);
+  returns a summary line."""
+  if not out.endswith(".txt.xz"):
+    raise ConfigError(f"--out={out} must end in .txt.xz (the corpus is written xz'd).")
+  manifest: dict = {"packages": {}}
+  parts: list[str] = []
+  for package in DEBIAN_DOCS:
+    deb = find_deb(debs, package.package)
+    docs = documents(deb, package)
+    manifest["packages"][package.package] = {
+        "deb": os.path.basename(deb), "licence": package.licence, "what": package.what,
+        "paragraphs": len(docs), "words": sum(len(d.split()) for d in docs)}
+    parts += docs
+  text = "\n\n".join(re.sub(r"\n\s*\n", "\n", d) for d in parts).encode() + b"\n"
+  packed = lzma.compress(text, preset=6)
+  manifest.update(paragraphs=len(parts),
+                  words=sum(p["words"] for p in manifest["packages"].values()),
+                  text_bytes=len(text), xz_bytes=len(packed),
+                  sha256=hashlib.sha256(packed).hexdigest())
+  storage.write_atomically(out, packed)
+  storage.write_atomically(out + ".json", json.dumps(manifest, indent=1))
+  return (f"{len(parts)} paragraphs, {manifest['words']} words of {len(DEBIAN_DOCS)} packages "
+          f"-> {out} ({len(packed) / 2**20:.1f} MiB, sha256 {manifest['sha256'][:16]})")

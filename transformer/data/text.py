@@ -13,7 +13,6 @@ parallel_text) or a standard TFDS dataset, read with `tfds.data_source` from tfd
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -38,8 +37,7 @@ def split_setting(config: Any, name: str) -> Any:
 
 _WMT = re.compile(r"^(wmt\d\d)_translate/([a-z]{2})-([a-z]{2})$")
 STANDARD = ("wmt14_translate/de-en", "wmt17_translate/de-en", "lm1b", "tiny_shakespeare")
-_LM_MODULES = {"lm1b": ("tensorflow_datasets.text.lm1b", "test"),
-               "tiny_shakespeare": ("tensorflow_datasets.text.tiny_shakespeare", "validation")}
+_LM_EVAL_SPLITS = {"lm1b": "test", "tiny_shakespeare": "validation"}  # each one's held-out split
 
 
 def holds_pairs(name: str) -> Optional[bool]:
@@ -50,7 +48,7 @@ def holds_pairs(name: str) -> Optional[bool]:
     return name == "parallel_text"
   if _WMT.match(name):
     return True
-  return False if name in _LM_MODULES else None
+  return False if name in _LM_EVAL_SPLITS else None
 
 
 def check_standard(config: Any) -> None:
@@ -76,7 +74,7 @@ def check_standard(config: Any) -> None:
 
 def is_standard(name: str) -> bool:
   """Whether name is a standard TFDS dataset this module reads (wmtNN_translate/xx-yy, lm1b, ...)."""
-  return name in _LM_MODULES or bool(_WMT.match(name))
+  return name in _LM_EVAL_SPLITS or bool(_WMT.match(name))
 
 
 def _tfds_split(name: str, split: str, data_dir: str | None) -> Sequence[Mapping[str, Any]]:
@@ -159,16 +157,16 @@ def open_splits(config: Any) -> TextSplits:
   train_split = split_setting(config, "train_split")
   wmt = _WMT.match(name)
   if wmt:
-    importlib.import_module(f"tensorflow_datasets.translate.{wmt.group(1)}")  # registers it
+    import tensorflow_datasets.translate  # noqa: F401  (registers every WMT year's builder)
     eval_split = config.get("eval_split") or "validation"
     train = _tfds_split(name, train_split, data_dir)
     return TextSplits(train, _tfds_split(name, eval_split, data_dir),
                       {"inputs": config.source_lang, "targets": config.target_lang}, name,
                       home=str(train.dataset_info.data_dir),
                       split_names={"train": train_split, "eval": eval_split})
-  if name in _LM_MODULES:
-    module, default_eval = _LM_MODULES[name]
-    importlib.import_module(module)
+  if name in _LM_EVAL_SPLITS:
+    from tensorflow_datasets.text import lm1b, tiny_shakespeare  # noqa: F401  (registers them)
+    default_eval = _LM_EVAL_SPLITS[name]
     eval_split = config.get("eval_split") or default_eval
     train = _tfds_split(name, train_split, data_dir)
     evaluation = _tfds_split(name, eval_split, data_dir)

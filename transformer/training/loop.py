@@ -125,7 +125,7 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   train_iter = datasets.train_iter()
   r = run.restored(exp, workdir, mesh, data_iter=None if data_changed else train_iter)
   resolved["summary"] = model_summary.summarize(
-      r.state.params, models.row_flops(r.model, config.max_len), config.max_len)
+      r.model.parameter_groups(r.state.params), models.row_flops(r.model, config.max_len), config.max_len)
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
