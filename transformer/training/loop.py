@@ -163,7 +163,7 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   with _logs_above_the_bar():
     try:
       if step:  # the checkpoint's step may have stopped before or inside its evaluations
-        _evaluate(job, step, final, window)
+        _heldout_scores(job, step, final, window)
         if step == num_steps:  # nothing left to train: the last window's training metrics
           last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
           final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
@@ -181,7 +181,7 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
         bar.update(1)
         profile.step_ended(step, job.state)
         _log_and_save(job, step, window, bar, final)
-        _evaluate(job, step, final, window)
+        _heldout_scores(job, step, final, window)
       if step < num_steps:  # stopped by a signal: save where we are, return cleanly
         window.check(step)  # a non-finite loss in it sets the checkpoints aside instead
         job.run.checkpointer.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
@@ -286,7 +286,8 @@ def _log_and_save(job: _Training, step: int, window: MetricWindow, bar: tqdm,
     job.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
 
 
-def _evaluate(job: _Training, step: int, final: dict[str, Any], window: MetricWindow) -> None:
+def _heldout_scores(job: _Training, step: int, final: dict[str, Any],
+                    window: MetricWindow) -> None:
   """The evaluations due at `step`, after its checkpoint (a crash during a long decode loses
   no training: the resumed run repeats them); their time is not training throughput."""
   with window.paused():

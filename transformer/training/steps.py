@@ -70,12 +70,6 @@ def loss_sums(model: nn.Module, params: Any, batch: Batch, *, deterministic: boo
   return total
 
 
-def _sum_loss(model, params, batch, rng, label_smoothing, z_loss, chunk_size):
-  out = loss_sums(model, params, batch, deterministic=False, rng=rng,
-                  label_smoothing=label_smoothing, z_loss=z_loss, chunk_size=chunk_size)
-  return out.loss_sum, out
-
-
 def micro_batches(batch: Batch, num_micro: int, shards: int = 1) -> Batch:
   """Each array [B, ...] -> [num_micro, B / num_micro, ...] such that micro-batch j holds rows
   j*m .. (j+1)*m - 1 of each of the `shards` consecutive blocks of B / shards rows (a device's
@@ -163,7 +157,9 @@ def make_train_step(model: nn.Module,
   def loss(params, batch, rng):
     if fsdp:
       params = gather_weights(params, mesh, model.config.compute_dtype)
-    return _sum_loss(model, params, batch, rng, label_smoothing, z_loss, loss_chunk_size)
+    out = loss_sums(model, params, batch, deterministic=False, rng=rng,
+                    label_smoothing=label_smoothing, z_loss=z_loss, chunk_size=loss_chunk_size)
+    return out.loss_sum, out  # the sum is differentiated; the sums ride along as metrics
 
   grad_fn = jax.value_and_grad(loss, has_aux=True)
 
