@@ -156,3 +156,16 @@ def test_fingerprint_sees_an_edit_that_keeps_the_size_and_the_mtime(tmp_path):
   os.utime(path, ns=(2 * 10**18, 2 * 10**18))  # a touch: the same text, the same key
   write_file(tmp_path / "f.txt", "the old text\n")
   assert corpus_files.fingerprint([path]) == first
+
+
+def test_a_held_out_split_of_few_documents_is_said(caplog):
+  """The default eval_fraction of a 460-line text held out one paragraph without a word."""
+  docs = [f"paragraph {i} of three words" for i in range(100)]
+  with caplog.at_level("WARNING"):
+    _, validation = corpus_files.hold_out(docs, lambda d: d, 0.01, 0, "f")
+  assert len(validation) == 1
+  assert "f: a fraction of 0.01 of its 100 documents holds out 1 (5 words)" in caplog.text
+  caplog.clear()
+  with caplog.at_level("WARNING"):
+    corpus_files.hold_out(docs, lambda d: d, 0.3, 0, "f")
+  assert "holds out" not in caplog.text

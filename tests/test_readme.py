@@ -1,4 +1,6 @@
-"""The README's Python example runs as written; every relative link of README and docs/ resolves."""
+"""The README is a front door: at most 120 lines, the two commands a fresh machine needs; the
+modules' example (docs/knobs.md) runs as written; every relative link of README and docs/
+resolves."""
 
 import pathlib
 import re
@@ -6,11 +8,26 @@ import re
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_readme_example_runs(capsys):
+# The README's two commands: the main job, set up and run; the tests, set up and run.
+MAIN_JOB = ("python3 -m venv .venv && . .venv/bin/activate && pip install -e . && python "
+            "scripts/train.py --config=configs/default.py --workdir=/tmp/transformer-default")
+TESTS = ("python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m "
+         "pytest -n 2 tests")
+
+
+def test_the_readme_is_a_front_door_with_the_two_commands():
   readme = (REPO / "README.md").read_text()
-  blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-  assert blocks, "README.md has no python example"
-  exec(compile(blocks[0], "README.md", "exec"), {})
+  assert len(readme.splitlines()) <= 120
+  commands = re.findall(r"```bash\n(.*?)```", readme, re.S)
+  assert commands[:2] == [MAIN_JOB + "\n", TESTS + "\n"]
+  assert "python -m pytest -n 2 tests\n" in (REPO / ".ci" / "run").read_text()  # CI runs it too
+
+
+def test_the_modules_example_runs(capsys):
+  page = (REPO / "docs" / "knobs.md").read_text()
+  blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+  assert blocks, "docs/knobs.md has no python example"
+  exec(compile(blocks[0], "docs/knobs.md", "exec"), {})
   assert "(2, 8, 1000) (2, 8, 1000) (32, 64) (2, 8, 4, 16)" in capsys.readouterr().out
 
 

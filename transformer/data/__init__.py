@@ -9,13 +9,17 @@ from transformer.data.local_corpora import LocalTextConfig
 from transformer.data.synthetic import SyntheticConfig
 
 
-class _KnownCustomConfigs(logging.Filter):
+class _KnownTfdsChatter(logging.Filter):
   """TFDS warns "Using custom data configuration" for every config its builder class does not
-  list; this package makes one per parameter set by design, so the warning says nothing."""
+  list, and this package makes one per parameter set by design; and "Variant folder ... has no
+  dataset_info.json" when it looks for a prepared version of a dataset that a first run has
+  not prepared yet (`data.prepared` then prepares it). Neither says anything to act on."""
 
   def filter(self, record: logging.LogRecord) -> bool:
-    return not (str(record.msg).startswith("Using custom data configuration") and record.args
-                and isinstance(record.args[0], (SyntheticConfig, LocalTextConfig)))
+    message = str(record.msg)
+    return not ((message.startswith("Using custom data configuration") and record.args
+                 and isinstance(record.args[0], (SyntheticConfig, LocalTextConfig)))
+                or message.startswith("Variant folder %s has no"))
 
 
-logging.getLogger("absl").addFilter(_KnownCustomConfigs())
+logging.getLogger("absl").addFilter(_KnownTfdsChatter())

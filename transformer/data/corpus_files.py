@@ -165,6 +165,10 @@ def _drop_half_empty(pairs: list[tuple[str, str, str]]) -> list[tuple[str, str, 
   return kept
 
 
+# Fewer held-out documents than this is said: one paragraph's loss is no validation split.
+FEW_HELD_OUT = 20
+
+
 def hold_out(docs: Sequence[Any], key: Callable[[Any], str], eval_fraction: float, seed: int,
              name: str) -> tuple[list[Any], list[Any]]:
   """(train, validation): a seeded eval_fraction of docs (>= 1); train loses their duplicates."""
@@ -182,6 +186,12 @@ def hold_out(docs: Sequence[Any], key: Callable[[Any], str], eval_fraction: floa
   if not train:
     raise ConfigError(f"{name}: every document equals a held-out one, so train is empty; add "
                      "distinct text or pass eval_files.")
+  if num_eval < FEW_HELD_OUT:
+    logging.warning("%s: a fraction of %g of its %d documents holds out %d (%d words); a loss "
+                    "read off so little text is noisy: raise the fraction (eval_fraction, "
+                    "test_fraction), or pass eval_files.", name,
+                    eval_fraction, len(docs), num_eval,
+                    sum(len(key(d).split()) for d in validation))
   return train, validation
 
 

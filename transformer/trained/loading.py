@@ -20,11 +20,11 @@ from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import InferenceError, MissingFileError, RunError, one_line
 from transformer.training import run
-from transformer.training.experiment import Experiment, recorded, with_defaults
+from transformer.training.experiment import Experiment, OfExperiment, recorded, with_defaults
 
 
 @dataclasses.dataclass(frozen=True)
-class Loaded:
+class Loaded(OfExperiment):
   """One checkpoint of a workdir, ready to decode."""
   workdir: str
   step: int
@@ -34,14 +34,6 @@ class Loaded:
   tokenizer: tokenizers.Tokenizer
   # What the run read beyond its config (training.workdir_checks.run_identity).
   identity: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-  @property
-  def config(self) -> ml_collections.FrozenConfigDict:
-    return self.experiment.config
-
-  @property
-  def model_config(self) -> ModelConfig:
-    return self.experiment.model
 
   def as_run(self, config: Optional[ml_collections.ConfigDict] = None) -> run.Run:
     """The `run.Run` of these params on every device (`config`: the recorded experiment's,

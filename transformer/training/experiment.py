@@ -140,6 +140,20 @@ class Experiment:
   vocab_from: str  # where model.vocab_size comes from (data.settings.planned_vocab_size)
 
 
+class OfExperiment:
+  """What is built from an experiment (a Run, a loaded checkpoint) reads its fields as
+  `config` and its typed ModelConfig as `model_config`."""
+  experiment: Experiment
+
+  @property
+  def config(self) -> ml_collections.FrozenConfigDict:
+    return self.experiment.config
+
+  @property
+  def model_config(self) -> ModelConfig:
+    return self.experiment.model
+
+
 def parse(config: ml_collections.ConfigDict | Experiment) -> Experiment:
   """The Experiment of a config, after every check that needs no data (`validate`); an
   Experiment is returned as it is."""

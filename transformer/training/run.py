@@ -34,7 +34,7 @@ from transformer.training import experiment, sharding, steps
 from transformer.training.optimizers import TrainState
 
 @dataclasses.dataclass(frozen=True)
-class Run:
+class Run(experiment.OfExperiment):
   """What a run trains, evaluates or compiles with."""
   experiment: experiment.Experiment
   model: models.ModelKind
@@ -46,14 +46,6 @@ class Run:
   start_step: int = 0  # the step of the restored checkpoint; 0 for a fresh state
   restored: bool = False  # whether the state is a checkpoint's (a step-0 one included)
   checkpointer: Optional[checkpoint.Checkpointer] = None  # the workdir's, when one was given
-
-  @property
-  def config(self) -> ml_collections.FrozenConfigDict:
-    return self.experiment.config
-
-  @property
-  def model_config(self) -> ModelConfig:
-    return self.experiment.model
 
 
 def build_model(model_type: str, model_config: ModelConfig) -> models.ModelKind:
