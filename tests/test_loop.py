@@ -532,7 +532,7 @@ def test_the_loop_fetches_from_the_device_only_at_logging_checkpoint_and_eval_st
     return call
 
   for owner, name in ((writers.MetricWindow, "summary"), (writers.MetricWindow, "check"),
-                      (checkpoint.Checkpointer, "save"), (loop, "_evaluate")):
+                      (checkpoint.Checkpointer, "save"), (loop, "_heldout_scores")):
     monkeypatch.setattr(owner, name, counted(getattr(owner, name), "allowed"))
   for name in ("_train_step", "_log_and_save"):
     monkeypatch.setattr(loop, name, counted(getattr(loop, name), "depth"))

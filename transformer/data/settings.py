@@ -42,6 +42,9 @@ def check_data_config(config: ml_collections.ConfigDict) -> None:
   that needs a source on a corpus without one, and a SentencePiece vocabulary below its floor
   (where one would be trained)."""
   kind = model_kinds.get(config.model_type) if config.get("model_type") else None
+  pairs = True if config.dataset == "synthetic" else text.holds_pairs(config.dataset)
+  if pairs is not None and kind:  # first: the kind's rows against the corpus's
+    kind.check_rows(model_kinds.ROWS if pairs else model_kinds.ROWS[1:], config.dataset)
   mode = config.get("packing") or "none"
   if mode not in PACKING_MODES:
     raise ConfigError(f"packing={mode!r} is not one of {list(PACKING_MODES)}.")
@@ -55,9 +58,6 @@ def check_data_config(config: ml_collections.ConfigDict) -> None:
         None if config.get("eval_files") or config.dataset not in local_corpora.LOCAL
         else config.get("eval_fraction"))
   text.check_standard(config)
-  pairs = True if config.dataset == "synthetic" else text.holds_pairs(config.dataset)
-  if pairs is not None and kind:
-    kind.check_rows(model_kinds.ROWS if pairs else model_kinds.ROWS[1:], config.dataset)
   tok = config.get("tokenizer") or {}
   if config.dataset != "synthetic" and tok.get("kind") == "sentencepiece" and \
       tok.get("vocab_size") is not None and not (
