@@ -94,10 +94,6 @@ if [ -z "${RUNTIME_VERSION:-}" ]; then
     *) RUNTIME_VERSION=tpu-ubuntu2204-base ;;
   esac
 fi
-case "$REMOTE_DIR" in
-  /*|'~'*) ;;
-  *) REMOTE_DIR="\$HOME/$REMOTE_DIR" ;;  # expanded by the worker's shell
-esac
 
 location=(--zone="$ZONE")
 if [ -n "$PROJECT" ]; then location+=(--project="$PROJECT"); fi
@@ -108,6 +104,15 @@ quote() {
   quoted="$(printf '%q ' "$@")"
   printf '%s' "${quoted% }"
 }
+
+# REMOTE_DIR as one word of the workers' bash, whatever it holds (spaces, ';'): relative to
+# $HOME, which the worker's shell expands.
+case "$REMOTE_DIR" in
+  /*) remote_dir="$(quote "$REMOTE_DIR")" ;;
+  '~') remote_dir="\$HOME" ;;
+  '~/'*) remote_dir="\$HOME/$(quote "${REMOTE_DIR#'~/'}")" ;;
+  *) remote_dir="\$HOME/$(quote "$REMOTE_DIR")" ;;
+esac
 
 # Run gcloud, or with DRY_RUN=1 print the command line instead.
 run_gcloud() {
@@ -141,8 +146,8 @@ case "$command_name" in
     if [ -n "$REPO_URL" ]; then
       branch=()
       if [ -n "$REPO_REF" ]; then branch=(--branch "$REPO_REF"); fi
-      fetch="if [ -d $REMOTE_DIR/.git ]; then git -C $REMOTE_DIR pull --ff-only; \
-else git clone $(quote ${branch[@]+"${branch[@]}"} "$REPO_URL") $REMOTE_DIR; fi"
+      fetch="if [ -d $remote_dir/.git ]; then git -C $remote_dir pull --ff-only; \
+else git clone $(quote ${branch[@]+"${branch[@]}"} "$REPO_URL") $remote_dir; fi"
     else
       # The working tree as it is (tracked and untracked files, not the ignored ones).
       command -v git >/dev/null 2>&1 || die "git is needed to pack this checkout; or set REPO_URL"
@@ -153,14 +158,14 @@ else git clone $(quote ${branch[@]+"${branch[@]}"} "$REPO_URL") $REMOTE_DIR; fi"
         | tar --null -T - -czf "$tarball")
       run_gcloud compute tpus tpu-vm scp "$tarball" "$TPU_NAME:transformer-src.tar.gz" \
         "${location[@]}" --worker=all
-      fetch="mkdir -p $REMOTE_DIR && tar -xzf \$HOME/transformer-src.tar.gz -C $REMOTE_DIR \
+      fetch="mkdir -p $remote_dir && tar -xzf \$HOME/transformer-src.tar.gz -C $remote_dir \
 && rm \$HOME/transformer-src.tar.gz"
     fi
     # An older Python would make pip pick an older, untested stack. The TPU images of Ubuntu
     # 22.04 carry 3.10, so there a Python $MIN_PYTHON is installed with uv (a standalone build,
     # no sudo) into $REMOTE_DIR/.venv, which train then uses; if that fails, one line says so.
     py="$(quote "$PYTHON")"
-    venv="$REMOTE_DIR/.venv"
+    venv="$remote_dir/.venv"
     ensure_python="if $py -c 'import sys; sys.exit(sys.version_info < ($MIN_PYTHON_TUPLE))'; then PY=$py; \
 else echo \"tpu_vm.sh: worker \$(hostname): \$($py -V 2>&1) is older than Python $MIN_PYTHON; installing \
 Python $MIN_PYTHON with uv into $venv\" >&2; \
@@ -170,7 +175,7 @@ package needs, and installing one with uv failed; install python$MIN_PYTHON ther
 PYTHON=python$MIN_PYTHON, or create the TPU with a RUNTIME_VERSION whose Python is $MIN_PYTHON or newer\" >&2; \
 exit 1; fi; fi"
     # One pip call, so the resolver picks a jax[tpu] within the package's pinned range.
-    on_all_workers "set -e; $ensure_python; $fetch; cd $REMOTE_DIR; \$PY -m pip install --upgrade pip; \
+    on_all_workers "set -e; $ensure_python; $fetch; cd $remote_dir; \$PY -m pip install --upgrade pip; \
 \$PY -m pip install -e $(quote ".[tpu]" ${JAX_SPEC:+"$JAX_SPEC"}) \
 -f https://storage.googleapis.com/jax-releases/libtpu_releases.html; \
 \$PY -c 'import jax; jax.distributed.initialize(); \
@@ -188,10 +193,10 @@ print(\"process\", jax.process_index(), \"of\", jax.process_count(), \"devices\"
     pick_python="PY=$(quote "$PYTHON"); if [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi"
     train="\$PY scripts/train.py $(quote --config="$CONFIG" --workdir="$WORKDIR" "$@")"
     if [ "$DETACH" = 1 ]; then
-      on_all_workers "cd $REMOTE_DIR || exit 1; $pick_python; nohup $train > \$HOME/train.log 2>&1 < /dev/null & \
+      on_all_workers "cd $remote_dir || exit 1; $pick_python; nohup $train > \$HOME/train.log 2>&1 < /dev/null & \
 echo \$! > \$HOME/train.pid; echo \"worker \$(hostname): started pid \$(cat \$HOME/train.pid), log ~/train.log\""
     else
-      on_all_workers "cd $REMOTE_DIR && $pick_python && $train"
+      on_all_workers "cd $remote_dir && $pick_python && $train"
     fi
     ;;
 

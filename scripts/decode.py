@@ -22,7 +22,7 @@ _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest
 _INPUT = flags.DEFINE_string("input", "-", "Input text file, one example a line ('-' = stdin).")
 _OUTPUT = flags.DEFINE_string("output", "-", "Output file ('-' = stdout).")
 _TOKENIZER = flags.DEFINE_string("tokenizer", None, "A tokenizer file instead of the workdir's.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Lines decoded together.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Lines decoded together.", lower_bound=1)
 _MAX_INPUT_LEN = flags.DEFINE_integer("max_input_len", None,
                                       "Longer inputs are truncated (default: the training rows; at "
                                       "most what the model's position table covers).")

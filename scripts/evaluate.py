@@ -22,7 +22,8 @@ from transformer.trained import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", None, "Eval batch (default: the run's).")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", None, "Eval batch (default: the run's).",
+                                   lower_bound=1)
 _TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", None,
                                      "Where the TFDS data lives (default: the run's).")
 _DECODE = flags.DEFINE_boolean("decode", True, "Decode the split (BLEU, exact match).")

@@ -48,6 +48,20 @@ def test_anything_else_raised_in_main_keeps_its_traceback(monkeypatch, capsys, b
     cli.run_script(main)
 
 
+def test_a_full_disk_anywhere_is_one_line(monkeypatch, capsys):
+  """Round 6, item 9: make_corpus.py onto a full disk ended in `OSError ENOSPC`'s traceback."""
+  import errno
+  monkeypatch.setattr("sys.argv", ["prog"])
+
+  def main(argv):
+    raise OSError(errno.ENOSPC, "No space left on device", "/data/catalogs.tsv")
+
+  code, err = _boundary(main, capsys)
+  assert (code, err) == (1, "error: No space left on the disk of /data/catalogs.tsv ([Errno 28] "
+                            "No space left on device: '/data/catalogs.tsv'); free space and "
+                            "rerun the same command.")
+
+
 def test_mistakes_found_while_the_flags_are_parsed_are_one_line(monkeypatch, capsys):
   monkeypatch.setattr("sys.argv", ["prog", "--config=c.py", "--config.model.dmodel=3"])
 

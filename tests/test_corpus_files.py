@@ -169,3 +169,12 @@ def test_a_held_out_split_of_few_documents_is_said(caplog):
   with caplog.at_level("WARNING"):
     corpus_files.hold_out(docs, lambda d: d, 0.3, 0, "f")
   assert "holds out" not in caplog.text
+
+
+def test_a_symlink_loop_as_a_data_file_is_named(tmp_path):
+  """Round 6, item 15: a symlink loop said "No file matches"."""
+  (tmp_path / "a").symlink_to(tmp_path / "b")
+  (tmp_path / "b").symlink_to(tmp_path / "a")
+  with pytest.raises(FileNotFoundError, match=r"a \(config.data_files\) is a symbolic link that "
+                     r"leads nowhere \(a loop, or its target is gone\)"):
+    corpus_files.resolve_files(str(tmp_path / "a"), "data_files")

@@ -429,6 +429,34 @@ def test_tpu_vm_dry_run_prints_what_every_worker_of_a_two_worker_slice_runs(tmp_
   assert not list(tmp_path.iterdir())  # nothing was run
 
 
+@pytest.mark.parametrize("command", ["setup", "train"])
+def test_a_remote_dir_of_any_name_is_one_word_on_the_workers(tmp_path, command):
+  """Round 6, item 5: REMOTE_DIR='t;touch X;#' made the printed worker command run `touch`,
+  and REMOTE_DIR='my runs' broke `cd`. Each worker command is run here by bash, with HOME a
+  folder of the test's and stubs for the programs it calls."""
+  canary = tmp_path / "ran"
+  home = tmp_path / "home"
+  (home / "my runs").mkdir(parents=True)
+  stubs = tmp_path / "bin"
+  stubs.mkdir()
+  for program in ("python3", "git", "tar"):  # each records where it ran, then succeeds
+    _executable(stubs / program, f"""
+        #!/usr/bin/env bash
+        pwd >> {tmp_path / 'where'}
+        """)
+  env = dict(TPU_NAME="my-tpu", GCLOUD=str(tmp_path / "no-gcloud"), WORKDIR="gs://b/run")
+  for remote_dir in (f"t;touch {canary};#", "my runs"):
+    lines = _dry_run("tpu_vm.sh", command, REMOTE_DIR=remote_dir, **env)
+    [worker] = _per_worker(lines, "worker", 1)
+    (tmp_path / "where").unlink(missing_ok=True)
+    (home / "transformer-src.tar.gz").write_bytes(b"")  # what setup's scp copied, then removes
+    subprocess.run(["bash", "-c", worker], env=_env(HOME=str(home), PATH=f"{stubs}:/usr/bin:/bin"),
+                   capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+    assert not canary.exists(), worker
+    if remote_dir == "my runs":  # the last program ran in the folder, as one word
+      assert (tmp_path / "where").read_text().splitlines()[-1] == str(home / "my runs"), worker
+
+
 def test_slurm_dry_run_prints_what_every_task_runs_outside_slurm():
   lines = _dry_run("slurm_gpu.sbatch", "--config.seed=1", WORKDIR="gs://b/run", SLURM_NTASKS="2")
   command = ("python3 scripts/train.py --config=configs/default.py --workdir=gs://b/run "

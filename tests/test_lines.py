@@ -196,3 +196,6 @@ def test_evaluate_scores_a_named_test_set_as_sacrebleus_command_line_does(decode
   assert "--reference is missing: --input and --reference go together" in run.stderr
   run = _script("evaluate.py", f"--workdir={decode_run}", f"--reference={tmp_path / 'test.ref'}")
   assert run.returncode == 1 and "--input is missing: " in run.stderr
+  # Round 6, item 16: --batch_size=0 silently meant the run's own batch.
+  run = _script("evaluate.py", f"--workdir={decode_run}", "--batch_size=0")
+  assert run.returncode == 1 and "flag --batch_size=0: 0 is not a positive integer" in run.stderr

@@ -41,6 +41,13 @@ def test_another_runs_tokenizer_copied_into_the_workdir_is_refused(decode_run, t
                      r"trained with \(tokenizer.json:\w+ -> tokenizer.json:\w+\)"):
     loading.load(str(workdir))
   assert loading.load(str(workdir), tokenizer=os.path.join(decode_run, "tokenizer.json"))
+  # Round 6, item 8: a garbage tokenizer.model is not the run's own, said before it is parsed
+  # (sentencepiece's RuntimeError before).
+  (workdir / "tokenizer.model").write_bytes(os.urandom(200))
+  with pytest.raises(InferenceError, match=r"tokenizer file is not the one its run was "
+                     r"trained with \(tokenizer.json:\w+ -> tokenizer.model:\w+\)"):
+    loading.load(str(workdir))
+  (workdir / "tokenizer.model").unlink()
   from transformer.research import analysis
   with pytest.raises(InferenceError, match="tokenizer file is not the one"):
     analysis.analyze(str(workdir), num_batches=1)  # its statistics read through the tokenizer

@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -173,13 +174,36 @@ def _corrupt(step_dir, how):
     f.write_bytes(bytes(b))
   elif how == "delete_data_iterator":
     (step_dir / "data" / "process_0-of-1.json").unlink()
+  # Round 6, items 2-4: files that had no checksum, a lost metadata file, a renamed step.
+  elif how == "edit_data_iterator":  # one character: another position in the data
+    f = step_dir / "data" / "process_0-of-1.json"
+    assert '"next_index": 2' in f.read_text()
+    f.write_text(f.read_text().replace('"next_index": 2', '"next_index": 3'))
+  elif how == "delete_data_folder":
+    shutil.rmtree(step_dir / "data")
+  elif how == "edit_config_item":
+    f = step_dir / "config" / "metadata"
+    assert '"batch_size": 8' in f.read_text()
+    f.write_text(f.read_text().replace('"batch_size": 8', '"batch_size": 9'))
+  elif how in ("delete_step_metadata", "truncate_step_metadata"):
+    f = step_dir / "_CHECKPOINT_METADATA"
+    f.unlink() if how.startswith("delete") else f.write_bytes(f.read_bytes()[:10])
+  elif how == "copied_from_older":  # cp -a checkpoints/1 checkpoints/2
+    shutil.rmtree(step_dir)
+    shutil.copytree(step_dir.parent / "1", step_dir)
   else:
     raise ValueError(how)
 
 
+_READ_BY_LOAD_PARAMS = ("delete_manifest", "garbage_metadata", "truncate_data",
+                        "flip_byte_in_data", "edit_config_item", "delete_step_metadata",
+                        "truncate_step_metadata", "copied_from_older")
+
+
 @pytest.mark.parametrize(
     "how", ["delete_manifest", "garbage_metadata", "truncate_data", "flip_byte_in_data",
-            "delete_data_iterator"])
+            "delete_data_iterator", "edit_data_iterator", "delete_data_folder", "edit_config_item",
+            "delete_step_metadata", "truncate_step_metadata", "copied_from_older"])
 def test_damaged_newest_is_skipped(tmp_path, mesh, caplog, how):
   old, new = make_state(mesh, seed=1), make_state(mesh, seed=2)
   it = data_iter()
@@ -190,6 +214,8 @@ def test_damaged_newest_is_skipped(tmp_path, mesh, caplog, how):
     c.save(2, new, data_iter=it)
   bad = tmp_path / "checkpoints" / "2"
   _corrupt(bad, how)
+  if how == "edit_config_item":  # what a resume compares itself with: step 1's, unedited
+    assert ckpt.stored_config(str(tmp_path))["batch_size"] == 8
   fresh = data_iter()
   with ckpt.Checkpointer(str(tmp_path)) as c, caplog.at_level(logging.WARNING):
     restored, step = c.restore(abstract(old), data_iter=fresh)
@@ -199,11 +225,11 @@ def test_damaged_newest_is_skipped(tmp_path, mesh, caplog, how):
     assert any(r.levelno == logging.WARNING and str(bad) in r.getMessage()
                for r in caplog.records), caplog.text
     # Training goes on from step 1 and reaches step 2 again: the damaged dir moves aside.
-    assert c.save(2, new)
+    assert c.save(2, new, config=CONFIG)
     c.wait_until_finished()
     assert_bitwise_equal(c.restore(abstract(old))[0], new)
   assert (tmp_path / "checkpoints" / "2.corrupt").is_dir()
-  if how != "delete_data_iterator":  # load_params needs no iterator state
+  if how in _READ_BY_LOAD_PARAMS:  # load_params reads no iterator state
     caplog.clear()
     _corrupt(bad, how)
     with caplog.at_level(logging.WARNING):

@@ -385,3 +385,22 @@ def test_points_whose_axes_change_the_tokenizer_get_their_own(tmp_path):
   same = tiny_sweep(axes=({"learning_rate": [1e-3, 2e-3]},), fixed=lm, seeds=(0, 1))
   assert {sweeps.tokenizer_path(same, "W", sweeps.point_config(same, p))
           for p in sweeps.expand(same)} == {"W/tokenizer.model"}  # one for the whole sweep
+
+
+def test_every_printed_launch_line_runs_its_command_alone_whatever_the_values(tmp_path):
+  """Round 6, item 5: an axis value `b'; touch X; echo '` printed by --print_launch ran
+  `touch` when the line was piped to bash, and --config and --workdir were printed bare."""
+  canary = tmp_path / "ran"
+  hostile = f"b'; touch {canary}; echo '"
+  sweep = tiny_sweep(axes=({"model.embed_scale": ["sqrt_d", hostile]},))
+  config, workdir = f"c f;touch {canary}.py", f"w $(touch {canary}) `touch {canary}`"
+  lines = sweeps.launch_lines(sweep, config, workdir)
+  assert len(lines) == 3
+  for line in lines:  # `python` stands in for the interpreter: it records what it was given
+    got = subprocess.run(["bash", "-c", 'python() { printf "%s\\n" "$@"; }; ' + line],
+                         capture_output=True, text=True, cwd=tmp_path, check=True).stdout
+    argv = got.splitlines()
+    assert argv[:3] == ["scripts/sweep.py", f"--config={config}", f"--workdir={workdir}"]
+    assert len(argv) == 4 and argv[3] in (
+        "--aggregate_only", *(f"--point={p.name}" for p in sweeps.expand(sweep)))
+  assert not canary.exists()

@@ -147,3 +147,12 @@ def test_vocab_size_beyond_the_corpus_is_a_clear_error():
     tk.train_sentencepiece(CORPUS, 100, corpus_name="CORPUS")
   with pytest.raises(ValueError, match="tokenizer.kind='words' is not one of"):
     tk.get_tokenizer(_cfg(kind="words"), workdir=None, train_texts=list, corpus_name="C")
+
+
+def test_a_garbage_sentencepiece_file_is_one_line(tmp_path):
+  """Round 6, item 8: sentencepiece's `RuntimeError: INTERNAL ... ParseFromArray`."""
+  garbage = tmp_path / "garbage.model"
+  garbage.write_bytes(os.urandom(256))
+  with pytest.raises(tk.ConfigError, match=r"garbage.model is not a SentencePiece model \(.*\); "
+                     "pass the .model file a training run wrote"):
+    tk.load_tokenizer(str(garbage))

@@ -10,7 +10,7 @@ import pytest
 
 from transformer import checkpoint, storage
 from transformer.config import ModelConfig
-from transformer.errors import RunError, TrainingError
+from transformer.errors import ConfigError, RunError, TrainingError
 from transformer.training import experiment, workdir_checks, writers
 
 MODEL = ModelConfig(vocab_size=16, d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
@@ -54,6 +54,35 @@ def test_the_data_stream_may_change_only_before_the_first_checkpoint(tmp_path):
   with pytest.raises(TrainingError, match="different model .*d_model 32 -> 64"):
     workdir_checks.check_resumable(str(tmp_path), _config(), wider, has_checkpoints=False)
   workdir_checks.check_resumable(str(tmp_path), _config(allow_model_change=True), wider, True)
+
+
+def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path, caplog):
+  """Round 6, item 1: a copied run resumed at another rate, schedule and label smoothing went
+  on without a word, and its metrics.jsonl mixed two loss definitions."""
+  checkpoint.write_config(str(tmp_path), {"experiment": _config().to_dict(), "model": MODEL})
+  other = _config(num_train_steps=45, learning_rate=0.5, schedule="constant",
+                  label_smoothing=0.0, fsdp=2, log_every_steps=7)  # longer, watched otherwise
+  with pytest.raises(TrainingError, match=r"^Workdir .* was trained with other settings "
+                     r"\(label_smoothing 0.1 -> 0.0, learning_rate .* -> 0.5, schedule 'rsqrt' "
+                     r"-> 'constant'\); .*--config.allow_config_change=True"):
+    workdir_checks.check_resumable(str(tmp_path), other, MODEL, has_checkpoints=True)
+  workdir_checks.check_resumable(str(tmp_path), _config(num_train_steps=45, fsdp=2,
+                                                        log_every_steps=7), MODEL, True)
+  other.allow_config_change = True
+  with caplog.at_level(logging.WARNING):
+    workdir_checks.check_resumable(str(tmp_path), other, MODEL, has_checkpoints=True)
+  assert "allow_config_change=True: resuming with this run's" in caplog.text
+  # The record of the resumed run names the changes, after those of earlier resumes.
+  history = workdir_checks.resume_history(str(tmp_path), other, 30)
+  assert history == [{"step": 30, "changes": ["label_smoothing 0.1 -> 0.0",
+                                              f"learning_rate {_config().learning_rate!r} -> 0.5",
+                                              "schedule 'rsqrt' -> 'constant'"]}]
+  checkpoint.write_config(str(tmp_path), {"experiment": other.to_dict(), "model": MODEL,
+                                          workdir_checks.CHANGED_ON_RESUME: history})
+  again = _config(num_train_steps=45, learning_rate=0.25, schedule="constant",
+                  label_smoothing=0.0)
+  assert workdir_checks.resume_history(str(tmp_path), again, 40) == history + [
+      {"step": 40, "changes": ["learning_rate 0.5 -> 0.25"]}]
 
 
 def test_a_full_disk_is_recognised_behind_other_errors():
@@ -207,3 +236,20 @@ def test_a_checkpoint_past_num_train_steps_is_refused(tmp_path):
   with pytest.raises(TrainingError, match=r"holds a checkpoint at step 40, past "
                      r"num_train_steps=20; pass --config.num_train_steps=40 or more"):
     workdir_checks.check_steps(str(tmp_path), _config(num_train_steps=20), [20, 40])
+
+
+def test_a_directory_where_a_run_writes_a_file_is_one_line(tmp_path):
+  """Round 6, item 10: a directory named metrics.jsonl or config.json in the workdir gave
+  IsADirectoryError, and --config.tfds_data_dir=FILE NotADirectoryError."""
+  from transformer.data import settings
+  for name in (writers.METRICS_FILE, checkpoint.CONFIG_FILE):
+    workdir = tmp_path / name.split(".")[0]
+    (workdir / name).mkdir(parents=True)
+    with pytest.raises(ConfigError, match=rf"{name} is a directory, where the run writes its "
+                       rf"{name} file; move it away"):
+      workdir_checks.check_workdir(str(workdir))
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(ConfigError, match=r"^--config.tfds_data_dir=.*file is a file; TFDS keeps"):
+    experiment.parse(_config(tfds_data_dir=str(tmp_path / "file")))
+  with pytest.raises(ConfigError, match=r"^--tfds_data_dir=.*file is a file"):
+    settings.check_tfds_data_dir(str(tmp_path / "file"), "--tfds_data_dir")

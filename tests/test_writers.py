@@ -117,3 +117,39 @@ def test_a_metric_window_sums_its_steps_and_stops_at_a_non_finite_loss():
   window.add(step(float("nan"), 2.0, 1.0))
   window.summary(6)
   assert stopped == [6]  # the step whose loss was not finite
+
+
+def test_a_full_disk_under_the_event_writer_thread_ends_the_writes_in_one_error(tmp_path,
+                                                                              monkeypatch):
+  """Round 6, item 7: a disk that filled during training killed tensorboardX's writer thread
+  with ENOSPC; its bounded queue then blocked the loop at 0% CPU for good, deaf to SIGTERM.
+  Now the thread's error is raised by the next write, in the writer's own thread, and closing
+  returns."""
+  import errno
+  import threading
+  import time
+  from tensorboardX import event_file_writer
+
+  def full(self, event):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  writer = writers.MetricWriter(str(tmp_path))
+  monkeypatch.setattr(event_file_writer.EventsWriter, "write_event", full)
+  raised, start = None, time.monotonic()
+  while raised is None and time.monotonic() - start < 10:
+    try:
+      writer.write(1, "train", {f"m{i}": 1.0 for i in range(20)})  # more than the old queue held
+    except OSError as e:
+      raised = e
+    time.sleep(0.01)
+  assert raised is not None and raised.errno == errno.ENOSPC
+  def close():
+    try:
+      writer.close()
+    except OSError:  # the events it could not write: said by the error above already
+      pass
+
+  closing = threading.Thread(target=close)
+  closing.start()
+  closing.join(10)
+  assert not closing.is_alive()

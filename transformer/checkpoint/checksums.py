@@ -9,6 +9,8 @@ same value whatever the device count: [sum(w), sum(w * (i + 1))] mod 2^32 over t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from typing import Any, Iterable, Mapping, Optional
 
@@ -21,6 +23,10 @@ import orbax.checkpoint as ocp
 log = logging.getLogger(__name__)
 
 CHECKSUMS_KEY = "checksums"  # in each step's orbax custom_metadata
+# Beside them: the sha256 of the step's config item and of each process's data-iterator file
+# (the JSON values they hold, key order aside), so that no file of a step goes unchecked.
+CONFIG_KEY, DATA_KEY = "config_sha256", "data_sha256"
+STEP_KEY = "step"  # the step it was saved as: a folder copied or renamed to another is damaged
 _UINT = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}
 
 
@@ -91,10 +97,44 @@ def verify(got: Mapping[str, list[int]], want: Optional[Mapping[str, Any]], wher
                      "the array data is damaged")
 
 
-def saved_checksums(step_dir: epath.Path) -> Optional[dict[str, Any]]:
-  """The checksums recorded in the step's orbax metadata; None where there are none."""
+def json_digest(value: Any) -> str:
+  """sha256 of a JSON value, its keys sorted: what a step records of its config and of each
+  iterator state, and checks when it reads them back."""
+  return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def saved_metadata(step_dir: epath.Path) -> dict[str, Any]:
+  """The custom metadata this package recorded with a step (checksums and file digests).
+
+  A step this package wrote always holds a config item and its metadata; where the metadata
+  is gone or unreadable (`_CHECKPOINT_METADATA` deleted or cut short) its arrays and files
+  cannot be verified, so the step is damaged (ValueError). A step of another tool (no config
+  item) has none to check: {}."""
   try:
     custom = ocp.metadata.get_step_metadata(step_dir).custom_metadata or {}
-  except Exception:  # noqa: BLE001  (no readable metadata: the arrays go unverified)
-    return None
-  return custom.get(CHECKSUMS_KEY)
+  except Exception:  # noqa: BLE001  (no readable metadata)
+    custom = {}
+  if not custom.get(CHECKSUMS_KEY) and (step_dir / "config").exists():
+    raise ValueError("its metadata (_CHECKPOINT_METADATA) is missing or unreadable, so its "
+                     "checksums cannot be verified")
+  return custom
+
+
+def verify_step(custom: Mapping[str, Any], step: int) -> None:
+  """Raises ValueError where the step folder's name is not the step it was saved as."""
+  saved = custom.get(STEP_KEY)
+  if saved is not None and int(saved) != int(step):
+    raise ValueError(f"it was saved as step {saved}, not {step}: the folder was copied or "
+                     "renamed")
+
+
+def verify_json(value: Any, custom: Mapping[str, Any], key: str, what: str,
+                name: Optional[str] = None) -> None:
+  """Raises ValueError where `value` (a config, an iterator state) is not the one the step
+  recorded under custom[key] (or custom[key][name]); steps that predate the record pass."""
+  want = custom.get(key)
+  if isinstance(want, Mapping):
+    want = want.get(name)
+  if want is not None and json_digest(value) != want:
+    raise ValueError(f"its {what} is not the one it was saved with (sha256 differs): the file "
+                     "was edited or damaged")

@@ -13,6 +13,7 @@ and the writing Checkpointer removes it when it starts.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -21,10 +22,12 @@ from typing import Any, Mapping, Optional
 from etils import epath
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
-from transformer.checkpoint.checksums import (CHECKSUMS_KEY, checksums, path_str,
-                                              saved_checksums, verify)
+from transformer.checkpoint.checksums import (CHECKSUMS_KEY, CONFIG_KEY, DATA_KEY, STEP_KEY,
+                                              checksums, json_digest, path_str, saved_metadata,
+                                              verify, verify_json, verify_step)
 from transformer.checkpoint.config_file import to_json
 from transformer.checkpoint.step_dirs import (IncompatibleCheckpointError, checkpoint_dir,
                                               newest_readable)
@@ -102,7 +105,11 @@ class Checkpointer:
       items["data"] = grain.checkpoint.CheckpointSave(data_iter)
     if self._config is not None:
       items["config"] = ocp.args.JsonSave(self._config)
-    custom = {CHECKSUMS_KEY: checksums(state)}
+    custom: dict[str, Any] = {CHECKSUMS_KEY: checksums(state), STEP_KEY: step}
+    if self._config is not None:
+      custom[CONFIG_KEY] = json_digest(self._config)
+    if data_iter is not None:
+      custom[DATA_KEY] = _data_digests(data_iter.get_state())
     saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True,
                                custom_metadata=custom)
     self._corrupt.discard(step)
@@ -170,15 +177,24 @@ class Checkpointer:
     restored = self._manager.restore(
         step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     state = restored["state"]
+    custom = saved_metadata(path)
     got = {k: v for k, v in checksums(state).items() if k in same_dtype}
-    verify(got, saved_checksums(path), os.fspath(path))
+    verify(got, custom.get(CHECKSUMS_KEY), os.fspath(path))
+    verify_step(custom, step)
+    if (path / "config").exists():
+      verify_json(ocp.JsonCheckpointHandler().restore(path / "config"), custom, CONFIG_KEY,
+                  "config item")
     # The iterator only after the arrays proved good, so a fallback leaves it untouched.
     if data_iter is not None:
       if not (path / "data").exists():
+        if custom.get(DATA_KEY):  # saved with one: its folder is gone
+          raise ValueError("its data-iterator folder is missing")
         log.warning("Checkpoint %s holds no data-iterator state: the iterator starts afresh.",
                     path)
       else:
-        self._check_data_processes(path / "data")
+        mine = self._check_data_processes(path / "data")
+        verify_json(json.loads((path / "data" / mine).read_text()), custom, DATA_KEY,
+                    f"data-iterator state {mine}", mine)
         import grain
 
         self._manager.restore(step, args=ocp.args.Composite(
@@ -186,7 +202,8 @@ class Checkpointer:
     return state
 
   @staticmethod
-  def _check_data_processes(data_dir: epath.Path) -> None:
+  def _check_data_processes(data_dir: epath.Path) -> str:
+    """The name of this process's iterator file in `data_dir`, which must hold it."""
     mine = f"process_{jax.process_index()}-of-{jax.process_count()}.json"
     if not (data_dir / mine).exists():
       found = sorted(p.name for p in data_dir.glob("process_*.json"))
@@ -196,6 +213,7 @@ class Checkpointer:
             f"{jax.process_index()} of {jax.process_count()}: restart with the process count "
             "that wrote it, or restore without data_iter.")
       raise FileNotFoundError(f"{data_dir / mine} is missing")
+    return mine
 
   # ---- lifecycle ----
   def wait_until_finished(self) -> None:
@@ -254,3 +272,13 @@ def _abstract_with_shardings(tree: Any) -> Any:
     return x
 
   return jax.tree.map(leaf, tree)
+
+
+def _data_digests(state: Any) -> dict[str, str]:
+  """{'process_I-of-N.json': sha256 of process I's iterator state} for every process (each
+  writes its own file; process 0 records them all in the step's metadata)."""
+  mine = np.frombuffer(bytes.fromhex(json_digest(state)), np.uint32)
+  count = jax.process_count()
+  every = multihost_utils.process_allgather(mine) if count > 1 else mine[None]
+  return {f"process_{i}-of-{count}.json": np.asarray(row, np.uint32).tobytes().hex()
+          for i, row in enumerate(np.asarray(every).reshape(count, -1))}

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer.checkpoint.checksums import checksums, saved_checksums, verify
+from transformer.checkpoint.checksums import (CHECKSUMS_KEY, CONFIG_KEY, checksums,
+                                              saved_metadata, verify, verify_json, verify_step)
 from transformer.checkpoint.config_file import CONFIG_FILE, read_config
 from transformer.checkpoint.step_dirs import (IncompatibleCheckpointError, checkpoint_dir,
                                               finished_steps, newest_readable)
@@ -48,14 +49,17 @@ def _read_step(step_dir: epath.Path) -> tuple[Any, Optional[dict[str, Any]]]:
   wanted = {"params": tree["params"]}
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted)
   with ocp.PyTreeCheckpointer() as ckptr:
-    params = ckptr.restore(state_dir, args=ocp.args.PyTreeRestore(
-        item=wanted, restore_args=restore_args, partial_restore=True))["params"]
-  want = saved_checksums(step_dir) or {}
+    restored = ckptr.restore(state_dir, args=ocp.args.PyTreeRestore(
+        item=wanted, restore_args=restore_args, partial_restore=True))
+  params, custom = restored["params"], saved_metadata(step_dir)
+  verify_step(custom, int(step_dir.name))
+  want = custom.get(CHECKSUMS_KEY) or {}
   got = {"params/" + k: v for k, v in checksums(params).items()}
   verify(got, {k: v for k, v in want.items() if k.startswith("params/")}, os.fspath(step_dir))
   config = None
   if (step_dir / "config").exists():
     config = ocp.JsonCheckpointHandler().restore(step_dir / "config")
+    verify_json(config, custom, CONFIG_KEY, "config item")
   return params, config
 
 
@@ -65,7 +69,9 @@ def stored_config(workdir: str) -> Optional[dict[str, Any]]:
   directory = checkpoint_dir(os.fspath(workdir))
   for step in reversed(finished_steps(directory)):
     try:
-      return dict(ocp.JsonCheckpointHandler().restore(directory / str(step) / "config"))
+      config = dict(ocp.JsonCheckpointHandler().restore(directory / str(step) / "config"))
+      verify_json(config, saved_metadata(directory / str(step)), CONFIG_KEY, "config item")
+      return config
     except Exception:  # noqa: BLE001  (missing or damaged: an older step may hold one)
       continue
   return None

@@ -51,6 +51,9 @@ def resolve_files(patterns: str | Sequence[str] | None, field: str = "data_files
                                 f"files in it or pass a glob like '{item.rstrip('/')}/*.txt'.")
     else:
       found = storage.glob_files(path)
+      if not found and storage.is_local(path) and os.path.islink(path):
+        raise MissingFileError(f"{item} (config.{field}) is a symbolic link that leads nowhere "
+                               "(a loop, or its target is gone); point it at a file.")
       if not found:
         raise MissingFileError(f"No file matches {item!r} (config.{field}); check the path, "
                                 "or pass an existing file or a glob like 'corpus/*.txt'.")

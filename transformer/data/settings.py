@@ -30,9 +30,17 @@ def read_setting(config: ml_collections.ConfigDict, name: str) -> int:
 
 
 def check_paths_reachable(config: ml_collections.ConfigDict, prefix: str = "--config.") -> None:
-  """A gs:// path among the config's data paths, without gcsfs: one line naming the field
-  (`storage.check_reachable`), before any data is read."""
+  """A gs:// path among the config's data paths, without gcsfs, or a tfds_data_dir that is a
+  file: one line naming the field (`storage.check_reachable`), before any data is read."""
   storage.check_all_reachable({f"{prefix}{k}": config.get(k) for k in PATH_FIELDS})
+  check_tfds_data_dir(config.get("tfds_data_dir"), f"{prefix}tfds_data_dir")
+
+
+def check_tfds_data_dir(path: str | None, flag: str) -> None:
+  """One line where the TFDS directory (reachable: `check_paths_reachable`) is a file."""
+  if path and storage.as_path(path).is_file():
+    raise ConfigError(f"{flag}={path} is a file; TFDS keeps its datasets in a directory: pass "
+                      "a directory (made if missing).")
 
 
 def check_data_config(config: ml_collections.ConfigDict) -> None:

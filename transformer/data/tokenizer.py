@@ -27,7 +27,7 @@ from absl import logging
 from etils import epath
 
 from transformer.data import synthetic
-from transformer.errors import ConfigError, MissingFileError
+from transformer.errors import ConfigError, MissingFileError, one_line
 from transformer.token_ids import EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
 SPM_FILE = "tokenizer.model"
@@ -141,7 +141,12 @@ class SentencePieceTokenizer(Tokenizer):
   def __init__(self, model_proto: bytes, origin: str = "<memory>"):
     import sentencepiece as spm
     self._proto = model_proto
-    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    except RuntimeError as e:  # sentencepiece's "INTERNAL: ... ParseFromArray"
+      raise ConfigError(f"{origin} is not a SentencePiece model ({one_line(e, 120)}); pass the "
+                        ".model file a training run wrote (WORKDIR/tokenizer.model), or remove "
+                        "tokenizer.path to train one.") from None
     got = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id())
     if got != (PAD_ID, EOS_ID, UNK_ID):
       raise ConfigError(f"SentencePiece model {origin} has pad/eos/unk ids {got}, not (0, 1, 2); "

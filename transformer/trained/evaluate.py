@@ -66,6 +66,7 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   `sacrebleu references.txt -i hypotheses.txt` scores as `results['bleu']`. Without decoding
   (decode=False, or an LM), the BLEU an earlier call wrote for this step is kept."""
   storage.check_reachable(tfds_data_dir, "--tfds_data_dir")
+  settings.check_tfds_data_dir(tfds_data_dir, "--tfds_data_dir")
   loaded = loading.load(workdir, step)
   check_run_data(loaded)  # before the results directory is made
   out_dir = storage.join(workdir, EVAL_DIR, str(loaded.step))

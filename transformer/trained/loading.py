@@ -61,9 +61,9 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
                          "of a training run.")
   experiment = with_defaults(record["experiment"])
   _say_if_config_file_differs(workdir, step, record)
-  tok = _tokenizer(workdir, experiment, tokenizer)
-  if tokenizer is None:
+  if tokenizer is None:  # before reading it: a file not the run's own may not parse at all
     _check_own_tokenizer(workdir, record)
+  tok = _tokenizer(workdir, experiment, tokenizer)
   _check_vocab(tok, model_config, experiment, tokenizer or workdir)
   model = run.build_model(experiment.get("model_type", "seq2seq"), model_config)
   return Loaded(workdir, step, model, params, recorded(experiment, model_config), tok,

@@ -124,13 +124,17 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
               checkpoint.IDENTITY_KEY: identity}
   train_iter = datasets.train_iter()
   r = run.restored(exp, workdir, mesh, data_iter=None if data_changed else train_iter)
-  resolved["summary"] = model_summary.summarize(
-      r.model.parameter_groups(r.state.params), models.row_flops(r.model, config.max_len), config.max_len)
+  resolved["summary"] = model_summary.summarize(r.model.parameter_groups(r.state.params),
+                                                models.row_flops(r.model, config.max_len),
+                                                config.max_len)
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
   if r.restored:
     logging.info("Resumed from step %d of %s.", r.start_step, workdir)
+    history = workdir_checks.resume_history(workdir, config, r.start_step)
+    if history:
+      resolved[workdir_checks.CHANGED_ON_RESUME] = history
   elif primary:
     workdir_checks.check_history(workdir, config)
   if primary:

@@ -24,8 +24,8 @@ from transformer import checkpoint, storage
 from transformer.config import ModelConfig
 from transformer.data import corpus_files, local_corpora
 from transformer.data import tokenizer as tokenizers
-from transformer.errors import TrainingError, disk_full, one_line
-from transformer.training import writers
+from transformer.errors import ConfigError, TrainingError, disk_full, one_line
+from transformer.training import experiment, writers
 
 LOCK_FILE = "train.lock"  # WORKDIR/train.lock, held by the run training there
 HOLDER_SUFFIX = ".holder"  # beside a lock: who holds it (pid, host, since when)
@@ -38,6 +38,10 @@ def check_workdir(workdir: str) -> bool:
   """Makes the workdir if needed and checks that it is writable; True if it was made here."""
   created = not storage.as_path(workdir).exists()
   check_writable(workdir, _WORKDIR_FIX)
+  for name in (writers.METRICS_FILE, checkpoint.CONFIG_FILE):  # files the run writes there
+    if storage.as_path(storage.join(workdir, name)).is_dir():
+      raise ConfigError(f"{storage.join(workdir, name)} is a directory, where the run writes its "
+                        f"{name} file; move it away, or pass another --workdir.")
   return created
 
 
@@ -221,6 +225,16 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
         f"Workdir {workdir} was trained with optimizer={optimizer!r}, whose state its "
         f"checkpoints hold; this run asks for {config.get('optimizer')!r}: resume with "
         f"--config.optimizer={optimizer}, or use a new --workdir.")
+  changes = training_changes(saved_config, config)
+  if changes and not config.get("allow_config_change"):
+    raise TrainingError(
+        f"Workdir {workdir} was trained with other settings ({', '.join(changes)}); resuming "
+        "would mix two runs in one history: resume with the same settings, use a new "
+        "--workdir, or pass --config.allow_config_change=True to go on (config.json then "
+        "names the changes).")
+  if changes:
+    logging.warning("Workdir %s was trained with other settings (%s); allow_config_change=True: "
+                    "resuming with this run's.", workdir, ", ".join(changes))
   stream = data_stream_changes(saved_config, config, identity or {})
   if not stream:
     return False
@@ -234,6 +248,43 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
                   "allow_data_change=True: resuming its params, the data read from the start.",
                   workdir, ", ".join(stream))
   return True
+
+
+# Fields a resumed run may change: how long it trains and how it is watched, logged, saved and
+# read, and the permissions themselves. Every other field changes what the run computes, and a
+# resume that changes one mixes two runs in one history (`training_changes`).
+_RESUMABLE_FIELDS = ("num_train_steps", "log_every_steps", "eval_every_steps",
+                     "checkpoint_every_steps", "keep_checkpoints", "async_checkpoints",
+                     "profile_steps", "diagnostics_every_steps", "diagnostics_batches",
+                     "bleu_every_steps", "num_decode_examples", "tfds_data_dir",
+                     "fsdp", "grad_accum_steps", "loss_chunk_size",  # the same loss, laid out
+                     "allow_model_change", "allow_data_change", "allow_config_change")
+
+
+def training_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict) -> list[str]:
+  """The fields, beside the model and the data stream (checked on their own), whose values
+  differ between a workdir's recorded run and this one, in words ([] if none): its optimizer,
+  rate and schedule, its loss, its seed's other uses, its layout (`_RESUMABLE_FIELDS` aside).
+  A field the record predates counts as its default (`experiment.with_defaults`)."""
+  skip = {"model", *_DATA_STREAM_FIELDS, *_RESUMABLE_FIELDS, *experiment.INERT_FIELDS}
+  recorded = experiment.with_defaults(saved_config.get("experiment", {}))
+  before = flat_fields({k: v for k, v in recorded.items() if k not in skip})
+  now = flat_fields({k: v for k, v in config.items() if k not in skip})
+  return [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
+          if _normal(before.get(k)) != _normal(now.get(k))]
+
+
+CHANGED_ON_RESUME = "changed_on_resume"  # a config's record of settings changed on resuming
+
+
+def resume_history(workdir: str, config: ml_collections.ConfigDict,
+                   step: int) -> list[dict[str, Any]]:
+  """The settings changed at each resume of `workdir`'s run (allow_config_change=True), this
+  one's at `step` included: [{'step': S, 'changes': ['FIELD OLD -> NEW', ...]}, ...]."""
+  saved = reference_config(workdir) or {}
+  history = list(saved.get(CHANGED_ON_RESUME, []))
+  changes = training_changes(saved, config)
+  return history + [{"step": step, "changes": changes}] if changes else history
 
 
 def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict,

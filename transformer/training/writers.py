@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -131,7 +132,11 @@ class MetricWriter:
       # checkpoint) and at close.
       self._staging, self._events_dir = tempfile.mkdtemp(prefix="tensorboard-"), events_dir
       events_dir = self._staging
-    self._tb = SummaryWriter(events_dir, purge_step=resume_step + 1)
+    # An unbounded queue: tensorboardX's thread writes the events, and where it dies (a full
+    # disk) a bounded queue would block the loop in `add_scalar` for good, deaf to SIGTERM.
+    # `write` asks the thread first, and says its end in one line.
+    self._tb = SummaryWriter(events_dir, purge_step=resume_step + 1, max_queue=2**30)
+    _quiet_event_threads()
 
   def write(self, step: int, split: str, metrics: Mapping[str, Any], **steps: int) -> None:
     """One record of `metrics` at `step`; `steps` ({'first_step': N}) are written with it as
@@ -141,12 +146,22 @@ class MetricWriter:
     record = {"step": int(step), "split": split, **{k: int(v) for k, v in steps.items()}}
     record.update({k: _number(v) for k, v in metrics.items()})
     storage.append_line(self.path, json.dumps(record) + "\n")
+    self._check_events()
     for k, v in metrics.items():
       self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
 
   def write_text(self, step: int, tag: str, text: str) -> None:
     if self.enabled:
+      self._check_events()
       self._tb.add_text(tag, text, int(step))
+
+  def _check_events(self) -> None:
+    """The OSError that ended a TensorBoard event file's writer thread (a full disk), raised
+    here, in the loop's thread; nothing while they run."""
+    for f in (self._tb.all_writers or {}).values():
+      failed = _EVENT_THREAD_ERRORS.get(id(f.event_writer._worker))
+      if failed is not None:
+        raise failed
 
   def flush(self) -> None:
     if self._tb is not None:
@@ -180,10 +195,34 @@ def _abandon(events: Any) -> None:
   """Gives up a tensorboardX event file whose last flush failed (a full disk): the events not
   yet written are lost either way, but tensorboardX would flush again at exit and its worker
   thread would fail on its closed queue, each printing a traceback under the run's one-line
-  message. So it is marked closed and its worker stopped (tensorboardX has no public way)."""
+  message. So it is marked closed and its worker, if it still runs, stopped (tensorboardX has
+  no public way)."""
   events._closed = True
-  with contextlib.suppress(Exception):
-    events._worker.stop()
+  if events._worker is not None and events._worker.is_alive():
+    with contextlib.suppress(Exception):
+      events._worker.stop()
+
+
+# id(thread) -> the OSError that ended a tensorboardX event writer thread.
+_EVENT_THREAD_ERRORS: dict[int, OSError] = {}
+
+
+def _quiet_event_threads() -> None:
+  """An OSError that ends a tensorboardX event writer thread is kept for `MetricWriter` to
+  raise in the loop's thread (one line there), instead of a traceback printed from the thread;
+  every other thread's error goes to the hook there was."""
+  if getattr(threading.excepthook, "keeps_event_errors", False):
+    return
+  previous = threading.excepthook
+
+  def hook(args: threading.ExceptHookArgs) -> None:
+    if type(args.thread).__name__ == "_EventLoggerThread" and isinstance(args.exc_value, OSError):
+      _EVENT_THREAD_ERRORS[id(args.thread)] = args.exc_value
+    else:
+      previous(args)
+
+  hook.keeps_event_errors = True  # type: ignore[attr-defined]
+  threading.excepthook = hook
 
 
 def _read_records(path: str) -> tuple[list[tuple[str, dict[str, Any]]], Optional[str]]:

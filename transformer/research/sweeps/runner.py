@@ -22,6 +22,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import shlex
 import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -423,11 +424,13 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
 def launch_lines(sweep: Sweep, config_path: str, workdir: str,
                  seeds: Optional[Sequence[int]] = None) -> list[str]:
   """One command per unfinished point (for a cluster), then the aggregation command; `seeds`
-  given on the command line go into each (a point of seed 5 is not a point of the file's)."""
-  command = f"python scripts/sweep.py --config={config_path} --workdir={workdir}"
+  given on the command line go into each (a point of seed 5 is not a point of the file's).
+  Every value is quoted for a POSIX shell: a line piped to bash runs that command alone."""
+  words = ["python", "scripts/sweep.py", f"--config={config_path}", f"--workdir={workdir}"]
   if seeds:
-    command += f" --seeds={','.join(str(s) for s in seeds)}"
-  lines = [f"{command} --point='{p.name}'"
+    words.append(f"--seeds={','.join(str(s) for s in seeds)}")
+  command = shlex.join(words)
+  lines = [f"{command} {shlex.quote(f'--point={p.name}')}"
            for p in tuning.points(sweep, load_results(workdir, sweep.failure))
            if not is_finished(workdir, p)]
   lines.append(f"{command} --aggregate_only")
