@@ -119,9 +119,7 @@ def base_config() -> ml_collections.ConfigDict:
   # True: resume the params of a workdir trained on another data stream (other files, split,
   # batch, tokenizer or process count), its data read from the start.
   c.allow_data_change = False
-  # True: resume a workdir whose run trained with other settings (rate, schedule, loss, ...);
-  # the config it writes then names what changed (`changed_on_resume`).
-  c.allow_config_change = False
+  c.allow_config_change = False  # True: resume with other settings (`changed_on_resume`)
   return c
 
 
