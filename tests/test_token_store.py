@@ -208,3 +208,10 @@ def test_a_read_only_dataset_keeps_its_stores_in_the_cache(corpus, tmp_path, mon
   assert not _stores(tfds_dir)
   again = pipeline.get_datasets(config, process_index=0, process_count=1)
   assert _hashes(again) == expected
+
+
+def test_a_dataset_on_gs_keeps_its_stores_in_the_local_cache(tmp_path, monkeypatch):
+  """Every file operation of a store is local: a gs:// dataset's store is built in the cache."""
+  monkeypatch.setenv(token_store.CACHE_ENV, str(tmp_path / "cache"))
+  path = token_store.store_path("gs://bucket/tfds/text_files/x/1.0.0", {"split": "train"})
+  assert path.startswith(str(tmp_path / "cache"))
