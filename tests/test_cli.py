@@ -122,24 +122,72 @@ def test_a_gcs_workdir_without_gcsfs_names_the_extra(tmp_path):
                                      "gcsfs: pip install -e '.[gcs]'.")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("def get_config(:\n  return 5\n",
+@pytest.mark.parametrize("text, argument, message", [
+    ("def get_config(:\n  return 5\n", "",
      "error: --config file {path} does not parse: invalid syntax at line 1; fix it."),
-    ("def get_config():\n  return 5\n",
+    ("def get_config():\n  return 5\n", "",
      "error: --config={path}: get_config() must return an ml_collections.ConfigDict, not int."),
+    # Exit 3 and no output before:
+    ("import sys\nsys.exit(3)\n", "",
+     "error: a --config file called sys.exit(3) while it was loaded; a config file defines "
+     "get_config() and returns the config."),
+    # absl's whole traceback squashed into the line before:
+    ("def get_config():\n  return None\n", ":x",
+     "error: --config={path}:x: get_config failed: TypeError: get_config() takes 0 positional "
+     "arguments but 1 was given (the text after ':' in a --config value is passed to "
+     "get_config)"),
 ])
-def test_a_config_file_that_does_not_parse_or_give_a_config_is_one_line(tmp_path, text, message):
+def test_a_config_file_that_does_not_parse_or_give_a_config_is_one_line(tmp_path, text, argument,
+                                                                       message):
   """A syntax error printed absl's 54-line traceback; a get_config() returning 5 an
   AttributeError at its first use."""
   import subprocess
   from conftest import TRAIN, script_env
   path = tmp_path / "bad.py"
   path.write_text(text)
-  run = subprocess.run([sys.executable, TRAIN, f"--config={path}", f"--workdir={tmp_path / 'w'}"],
+  run = subprocess.run([sys.executable, TRAIN, f"--config={path}{argument}",
+                        f"--workdir={tmp_path / 'w'}"],
                        env=script_env(), capture_output=True, text=True, timeout=120)
   assert run.returncode == 1
-  assert run.stderr.strip().splitlines()[-1] == message.format(path=path)
-  assert "Traceback" not in run.stderr and not (tmp_path / "w").exists()
+  assert run.stderr.strip().splitlines() == [message.format(path=path)]
+  assert not (tmp_path / "w").exists()
+
+
+def test_help_still_exits_as_absl_makes_it():
+  """Only a config file's sys.exit is taken for a mistake: --help's is absl's own."""
+  import subprocess
+  from conftest import TRAIN, script_env
+  run = subprocess.run([sys.executable, TRAIN, "--helpshort"], env=script_env(),
+                       capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1 and "--workdir" in run.stdout and "error:" not in run.stderr  # absl's
+
+
+_SLOW_MAIN = """
+import sys, time
+from transformer import cli
+def main(argv):
+  print("preparing", flush=True)
+  time.sleep(60)
+cli.run_script(main)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_before_training_is_one_line_and_the_shells_code(tmp_path, sig):
+  """SIGTERM or SIGHUP (an ssh drop) while a script prepares data ended it with exit 143 or 129
+  and no line; now one line, the same code, and no traceback."""
+  import signal
+  import subprocess
+  from conftest import script_env
+  child = subprocess.Popen([sys.executable, "-c", _SLOW_MAIN], env=script_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert child.stdout.readline() == "preparing\n"
+  child.send_signal(getattr(signal, sig))
+  _, err = child.communicate(timeout=60)
+  assert child.returncode == 128 + getattr(signal, sig)
+  assert err.strip().splitlines() == [
+      f"error: stopped by {sig}; rerun the same command to go on (a training run resumes from "
+      "its newest checkpoint)."]
 
 
 def test_a_user_error_raised_by_a_config_files_get_config_is_one_line(monkeypatch, capsys,
@@ -202,6 +250,10 @@ def test_libraries_info_logging_is_dropped_and_their_warnings_kept():
   # before the run reports the same error in one line; any other error of orbax still shows.
   full = ValueError("RESOURCE_EXHAUSTED: Failed to write: No space left on device [28]")
   assert not cli.library_log_filter(record(logging.ERROR, orbax, full))
+  # So does a checkpoint directory made read-only during the run (4 tracebacks printed before).
+  read_only = ValueError('PERMISSION_DENIED: Error writing local file "c/300/_sharding": '
+                         "Read-only file system [os_error_code='30']")
+  assert not cli.library_log_filter(record(logging.ERROR, orbax, read_only))
   assert cli.library_log_filter(record(logging.ERROR, orbax, ValueError("bad shape")))
   assert cli.library_log_filter(record(logging.ERROR, orbax))
 

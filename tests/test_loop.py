@@ -205,6 +205,24 @@ def test_a_full_disk_is_one_clear_sentence(tiny_config, tmp_path, monkeypatch):
     loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
 
 
+def test_a_full_disk_under_the_data_names_that_disk_and_no_checkpoint(tiny_config, tmp_path,
+                                                                      monkeypatch):
+  """The TFDS directory's disk full while the data is prepared said "No space left on the disk
+  of WORKDIR ... it resumes from the newest readable checkpoint": neither was true."""
+  shard = tmp_path / "tfds" / "synthetic" / "1.0.0" / "synthetic-train.array_record-00000"
+
+  def no_space(config, workdir):
+    raise OSError(errno.ENOSPC, "No space left on device", str(shard))
+
+  monkeypatch.setattr(loop, "_get_datasets", no_space)
+  with pytest.raises(TrainingError) as e:
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+  message = str(e.value)
+  assert message.startswith(f"No space left on the disk of {shard} ([Errno 28] No space left ")
+  assert message.endswith("); free space and rerun the same command: it starts from step 0, as "
+                          "no checkpoint was saved.")
+
+
 @pytest.fixture(scope="module")
 def five_steps(tfds_dir, tmp_path_factory):
   """A finished 5-step run of the tiny experiment (checkpoint at 5); tests copy it."""
@@ -226,6 +244,25 @@ def test_the_summary_puts_the_held_out_figures_first_and_names_the_checkpoint():
       "  checkpoint /w/checkpoints/2000; metrics /w/metrics.jsonl"]
   stopped = loop.summary_lines({"step": 7, "stopped_by": "SIGTERM"}, "/w")
   assert stopped[0] == "Run /w: stopped by SIGTERM at step 7."
+
+
+def test_a_run_whose_loss_sat_flat_says_it_failed_where_it_ends(tiny_config, tmp_path):
+  """A loss flat for the whole run (a rate of 1e-12 here) ended as 'trained to step N', like a
+  good run; the default failure rule now says it stalled, in the summary and in `final`."""
+  tiny_config.update(learning_rate=1e-12, diagnostics_every_steps=0, num_train_steps=105,
+                     log_every_steps=50, eval_every_steps=105, checkpoint_every_steps=105)
+  final = loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+  # Its first train record after warmup (5 steps) is step 50's, 55 steps before its last: too
+  # few to judge a stall by (100); trained on to step 155, it is judged.
+  assert final["failure"] is None
+  tiny_config.update(num_train_steps=155, eval_every_steps=155, checkpoint_every_steps=155)
+  final = loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+  assert re.fullmatch(r"stalled: train loss [\d.]+ at step 155 against [\d.]+ at step 50",
+                      final["failure"])
+  lines = loop.summary_lines(final, "/w")
+  assert lines[:2] == ["Run /w: trained to step 155.",
+                       f"  FAILED by the default failure rule: {final['failure']} "
+                       "(docs/training.md, 'A run that failed')."]
 
 
 def test_a_run_that_ended_leaves_no_lock_file(five_steps):
@@ -327,7 +364,8 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
   monkeypatch.setattr(storage, "_write", full_disk)
   tiny_config.num_train_steps = 10
   with pytest.raises(TrainingError, match=r"^No space left on the disk of .*; free space "
-                     "and rerun the same command"):
+                     "and rerun the same command: it resumes from the newest readable "
+                     r"checkpoint.$"):
     loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   assert {name: (workdir / name).read_text() for name in before} == before  # nothing lost
   assert not list(workdir.glob("*.tmp-*"))

@@ -110,6 +110,29 @@ def test_a_save_into_a_directory_made_read_only_is_one_line_at_once(tmp_path, me
     assert c.all_steps() == [1]
 
 
+def test_an_async_save_that_failed_is_named_by_its_own_step_once(tmp_path, mesh, monkeypatch):
+  """checkpoints/ made read-only while step 30 was written: the run ended at the next save
+  naming checkpoint 40, and the close logged the same error again."""
+  with ckpt.Checkpointer(str(tmp_path), async_save=True) as c:
+    assert c.save(1, make_state(mesh), config=CONFIG)
+    c.wait_until_finished()
+    failed = ValueError('PERMISSION_DENIED: Error writing local file "checkpoints/1/x": '
+                        "Read-only file system [os_error_code='30']")
+
+    def check_for_errors():
+      raise failed
+
+    monkeypatch.setattr(c._manager, "check_for_errors", check_for_errors)
+    with pytest.raises(RunError, match=r"^Cannot save checkpoint 1: .*checkpoints is not "
+                       r"writable \(Read-only file system\); make it writable"):
+      c.save(2, make_state(mesh, seed=2))
+    c.wait_until_finished()  # said once: the close after it is quiet
+    failed = ValueError("something else went wrong")  # any other error is raised as it is
+    with pytest.raises(ValueError, match="something else"):
+      c.wait_until_finished()
+    monkeypatch.undo()
+
+
 def test_force_replaces_and_explicit_step(tmp_path, mesh):
   with ckpt.Checkpointer(str(tmp_path), async_save=False) as c:
     c.save(1, make_state(mesh, seed=1))

@@ -54,13 +54,24 @@ def test_interrupted_sweep_resumes_and_aggregates_from_results(gcs):
 
 
 def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):
-  sweep = tiny_sweep(axes=({"learning_rate": [2e-3, 1e38]},), length_factors=(1, 2),
-                 fixed={**TINY, "model_type": "lm", "model.num_encoder_layers": 0,
-                        "max_len": 34, "model.max_len": 68},
-                 metrics=("eval/nll", "length_1x/loss", "length_2x/loss"))
+  """A run that diverged is recorded so; one whose loss sat flat (a rate of 1e-12 here) was
+  recorded 'ok' and now fails by the default failure rule, as no rule of the sweep's says."""
+  sweep = tiny_sweep(axes=({"learning_rate": [2e-3, 1e38, 1e-12], "warmup_steps": [200, 200, 1],
+                            "num_train_steps": [4, 4, 104]},),
+                     length_factors=(1, 2),
+                     fixed={**TINY, "model_type": "lm", "model.num_encoder_layers": 0,
+                            "max_len": 34, "model.max_len": 68},
+                     metrics=("eval/nll", "length_1x/loss", "length_2x/loss"))
   sweeps.run_sweep(sweep, str(tmp_path))
   by_lr = {r["overrides"]["learning_rate"]: r for r in sweeps.load_results(str(tmp_path))}
   assert by_lr[1e38]["status"] == "diverged" and "Non-finite" in by_lr[1e38]["message"]
+  flat = by_lr[1e-12]
+  assert flat["status"] == "failed" and flat["failure"].startswith("stalled: train loss ")
+  assert flat["failure"].endswith(" at step 2")  # its first train record after warmup
+  sweeps.aggregate(sweep, str(tmp_path))
+  table = (tmp_path / "results.md").read_text()
+  assert "The failure rule, fixed before the runs: a run failed if" in table
+  assert "learning_rate=1e-12,warmup_steps=1,num_train_steps=104,seed=0: stalled: train " in table
   ok = by_lr[2e-3]
   assert ok["status"] == "ok"
   # Synthetic rows are shorter than max_len: longer rows only add padding, same tokens.

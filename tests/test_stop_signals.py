@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT set a flag the loop reads between steps; a second Ctrl-C stops at once."""
+"""SIGTERM, SIGINT and SIGHUP set a flag the loop reads between steps; a second Ctrl-C stops at once."""
 
 import os
 import signal
@@ -14,9 +14,11 @@ def _deliver(sig):
   time.sleep(0.05)  # Python runs the handler between bytecodes, soon after delivery
 
 
-@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_sets_the_flag_and_the_old_handlers_come_back(first):
-  before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+  """SIGHUP (an ssh drop) ended a run with exit 129 and no checkpoint; now it saves like
+  SIGTERM."""
+  before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
   with stop_signals.StopSignals() as signals:
     assert signals.stopped_by is None
     _deliver(first)

@@ -9,16 +9,53 @@ research/; nothing in the package imports it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
-from typing import Any, Callable, NoReturn, Optional, Sequence
+import threading
+import traceback
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
 from transformer import errors, storage
 from transformer.errors import ConfigError, UserError, disk_full, one_line
 from transformer.inference.decode_config import METHODS, DecodeConfig
 
 EXIT_INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
+# Signals that end a script with one line (an ssh drop, a scheduler's stop) wherever they come
+# outside the training loop's steps, where the loop saves at the step reached instead.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class StoppedBySignal(BaseException):
+  """SIGTERM or SIGHUP outside the training steps; a BaseException, like KeyboardInterrupt, so
+  that no `except Exception` takes it for an error of its own and every cleanup runs."""
+
+  def __init__(self, signum: int):
+    super().__init__(signal.Signals(signum).name)
+    self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+  raise StoppedBySignal(signum)
+
+
+@contextlib.contextmanager
+def _stop_with_one_line() -> Iterator[None]:
+  """SIGTERM and SIGHUP raise StoppedBySignal in the block (a signal ignored, as under nohup,
+  stays so); the old handlers come back after it."""
+  old = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+  main = threading.current_thread() is threading.main_thread()  # only there can Python trap them
+  for sig, handler in old.items():
+    if main and handler is not signal.SIG_IGN:
+      signal.signal(sig, _raise_stopped)
+  try:
+    yield
+  finally:
+    for sig, handler in old.items():
+      if main and handler is not signal.SIG_IGN:
+        signal.signal(sig, handler)
 
 
 def exit_with(message: str) -> NoReturn:
@@ -32,7 +69,9 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
   A mistake in the flags, the --config file or an override, found while absl parses them
   before `main` starts, is a user's too. Once `main` runs, anything but a UserError
   (KeyError, TypeError, an orbax error ...) is a bug and is raised with its traceback.
-  KeyboardInterrupt outside the training loop (which saves and exits 130 itself) exits 130.
+  KeyboardInterrupt outside the training loop (which saves and exits 130 itself) exits 130;
+  SIGTERM or SIGHUP there (during data preparation, say) ends with one line and 128 + its
+  number.
   """
   from absl import app
   from absl import logging as absl_logging
@@ -49,12 +88,17 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
     return main(argv)
 
   try:
-    app.run(wrapped, flags_parser=_parse_flags)
+    with _stop_with_one_line():
+      app.run(wrapped, flags_parser=_parse_flags)
   except UserError as e:
     exit_with(str(e))
   except KeyboardInterrupt:
     print("Interrupted.", file=sys.stderr)
     sys.exit(EXIT_INTERRUPTED)
+  except StoppedBySignal as e:  # the shell's code for a signal: 128 + its number
+    print(f"error: stopped by {e}; rerun the same command to go on (a training run resumes "
+          "from its newest checkpoint).", file=sys.stderr)
+    sys.exit(128 + e.signum)
   except SyntaxError as e:  # a config file's, met while absl loads it (a bug in main's own code
     if started:             # is raised as it is)
       raise
@@ -80,6 +124,12 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
 
   try:
     rest = flags.FLAGS(list(argv))
+  except SystemExit as e:  # --help's, or a config file's that calls sys.exit while it loads
+    if not any(f"{os.sep}config_flags{os.sep}" in frame.filename
+               for frame in traceback.extract_tb(e.__traceback__)):
+      raise
+    exit_with(f"a --config file called sys.exit({e.code!r}) while it was loaded; a config file "
+              "defines get_config() and returns the config.")
   except flags.Error as e:
     last = str(e).strip().splitlines()[-1].strip()
     prefix = f"{errors.__name__}."
@@ -90,6 +140,10 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
     text = " ".join(str(e).split())
     if text.startswith("flag --config."):  # IllegalFlagValueError of an override
       exit_with(f"bad --config or override: {text[len('flag '):]}")
+    if "Traceback (most recent call last)" in text:  # get_config's own error, as a traceback:
+      flag = text.partition(": ")[0].removeprefix("flag ")  # its last line says what it was
+      exit_with(f"{flag}: get_config failed: {last} (the text after ':' in a --config value is "
+                "passed to get_config)")
     # absl's own message, without parsing again: a second parse would define the config's
     # override flags twice and report that instead.
     exit_with(f"{text} (--helpshort lists the flags)")
@@ -130,15 +184,16 @@ def _abandoned_task_filter(record: logging.LogRecord) -> bool:
 def library_log_filter(record: logging.LogRecord) -> bool:
   """The one rule for every script's log: a library's INFO and DEBUG lines are dropped (orbax
   writes one per file it renames, and one per checkpoint read with the checksum of every
-  array), and so are the tracebacks orbax's background threads log for a full disk (hundreds
-  of lines for one failed save, which the run reports in one line). The package's own INFO
-  lines, and every library's other warnings and errors, still show."""
+  array), and so are the tracebacks orbax's background threads log for a full disk or a
+  checkpoint directory made read-only (hundreds of lines for one failed save, which the run
+  reports in one line). The package's own INFO lines, and every library's other warnings and
+  errors, still show."""
   if f"{os.sep}site-packages{os.sep}" not in record.pathname:
     return True
   if record.levelno < logging.WARNING:
     return False
   return not (f"{os.sep}orbax{os.sep}" in record.pathname and record.exc_info
-              and disk_full(record.exc_info[1]))
+              and (disk_full(record.exc_info[1]) or errors.not_writable(record.exc_info[1])))
 
 
 def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:

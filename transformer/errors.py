@@ -9,6 +9,7 @@ derive from the builtin a caller would expect (ValueError, FileNotFoundError, Ru
 from __future__ import annotations
 
 import errno
+import os
 from typing import Optional
 
 
@@ -47,13 +48,42 @@ def one_line(e: Optional[BaseException], limit: int = 300) -> str:
   return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def disk_full(e: Optional[BaseException]) -> bool:
-  """Whether e, or an error behind it, says the disk (or the quota) is full."""
+def _in_chain(e: Optional[BaseException], codes: tuple[int, ...],
+              texts: tuple[str, ...]) -> Optional[BaseException]:
+  """The first error of e's chain (e, its cause or context, ...) that is an OSError with one of
+  `codes` or says one of `texts` (tensorstore's errors, raised by orbax, are ValueErrors)."""
   seen = set()
   while e is not None and id(e) not in seen:
     seen.add(id(e))
-    if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or \
-        "No space left on device" in str(e):
-      return True
+    if (isinstance(e, OSError) and e.errno in codes) or any(t in str(e) for t in texts):
+      return e
     e = e.__cause__ or e.__context__
-  return False
+  return None
+
+
+def _disk_full_error(e: Optional[BaseException]) -> Optional[BaseException]:
+  return _in_chain(e, (errno.ENOSPC, errno.EDQUOT), ("No space left on device",))
+
+
+def disk_full(e: Optional[BaseException]) -> bool:
+  """Whether e, or an error behind it, says the disk (or the quota) is full."""
+  return _disk_full_error(e) is not None
+
+
+def full_file(e: Optional[BaseException]) -> Optional[str]:
+  """The file whose write found the disk full, where e's chain names it."""
+  full = _disk_full_error(e)
+  name = getattr(full, "filename", None)
+  return os.fspath(name) if isinstance(name, (str, os.PathLike)) else None
+
+
+def not_writable(e: Optional[BaseException]) -> Optional[str]:
+  """Why a write was refused, where e or an error behind it says a directory cannot be
+  written ('Read-only file system' or 'Permission denied'); None otherwise."""
+  refused = _in_chain(e, (errno.EROFS, errno.EACCES, errno.EPERM),
+                      ("Read-only file system", "PERMISSION_DENIED", "Permission denied"))
+  if refused is None:
+    return None
+  read_only = (getattr(refused, "errno", None) == errno.EROFS
+               or "Read-only file system" in str(refused))
+  return "Read-only file system" if read_only else "Permission denied"

@@ -32,7 +32,7 @@ from transformer.checkpoint.config_file import to_json
 from transformer.checkpoint.step_dirs import (IncompatibleCheckpointError, checkpoint_dir,
                                               newest_readable)
 from transformer import storage
-from transformer.errors import ConfigError, MissingFileError, RunError
+from transformer.errors import ConfigError, MissingFileError, RunError, disk_full, not_writable
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class Checkpointer:
     self._config: Optional[dict[str, Any]] = None  # the last config given to save()
     self._corrupt: set[int] = set()  # steps restore() could not read
     self._barriers = 0
+    self._saving: Optional[int] = None  # the step of the last save started
+    self._reported: Optional[int] = None  # a failed save already raised as one line
 
   # ---- queries ----
   def all_steps(self) -> list[int]:
@@ -86,6 +88,9 @@ class Checkpointer:
     step = int(step)
     if config is not None:
       self._config = to_json(config)
+    # A failure of the previous (async) save is named as its own; orbax's save would wait for
+    # it anyway.
+    self._check_last_save(wait=True)
     self._check_writable(step)  # before a replaced step is deleted or moved aside
     if step in self._manager.all_steps():
       self._manager.wait_until_finished()
@@ -110,10 +115,33 @@ class Checkpointer:
       custom[CONFIG_KEY] = json_digest(self._config)
     if data_iter is not None:
       custom[DATA_KEY] = _data_digests(data_iter.get_state())
+    self._saving = step
     saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True,
                                custom_metadata=custom)
     self._corrupt.discard(step)
     return bool(saved)
+
+  def _check_last_save(self, wait: bool = False) -> None:
+    """Raises the error of the last save (after waiting for it, with `wait`): where the
+    checkpoint directory could not be written, one RunError naming that save's step, raised
+    once; a full disk or anything else as orbax raised it."""
+    try:
+      if wait:
+        self._manager.wait_until_finished()
+      self._manager.check_for_errors()
+    except Exception as e:  # noqa: BLE001  (sorted: a directory that cannot be written, else raised)
+      why = not_writable(e)
+      if why is None or disk_full(e):
+        raise
+      if self._reported == self._saving:  # already said, when the next save asked
+        return
+      self._reported = self._saving
+      raise self._unwritable(self._saving, why) from None
+
+  def _unwritable(self, step: Optional[int], why: str) -> RunError:
+    return RunError(f"Cannot save checkpoint {step}: {os.fspath(self.directory)} is not "
+                    f"writable ({why}); make it writable and rerun the same command to resume "
+                    "from the newest checkpoint.")
 
   def _check_writable(self, step: int) -> None:
     """A one-line RunError now where the checkpoint directory cannot be written (made
@@ -122,9 +150,7 @@ class Checkpointer:
     directory = os.fspath(self.directory)
     if storage.is_local(directory) and os.path.isdir(directory) and \
         not os.access(directory, os.W_OK | os.X_OK):  # (a missing one: orbax's error says so)
-      raise RunError(f"Cannot save checkpoint {step}: {os.fspath(self.directory)} is not "
-                     "writable (a read-only file system or no write permission); make it "
-                     "writable and rerun the same command to resume from the newest checkpoint.")
+      raise self._unwritable(step, "a read-only file system or no write permission")
 
   def _move_aside(self, step: int) -> None:
     self.set_aside(step, "corrupt")
@@ -218,8 +244,7 @@ class Checkpointer:
   # ---- lifecycle ----
   def wait_until_finished(self) -> None:
     """Blocks until the in-flight save is on disk (and raises its error, if any)."""
-    self._manager.wait_until_finished()
-    self._manager.check_for_errors()
+    self._check_last_save(wait=True)
 
   def close(self) -> None:
     self._manager.close()

@@ -28,6 +28,7 @@ from transformer.data import pipeline
 from transformer.errors import NonFiniteLossError, UserError, disk_full, one_line
 from transformer.training import (experiment, heldout, run, sharding, stop_signals,
                                   workdir_checks)
+from transformer.training.failure_rule import FailureRule, layer_grad_norms
 from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
 
 def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.Datasets:
@@ -52,8 +53,8 @@ def train_and_evaluate(exp: experiment.Experiment, workdir: str,
   `workdir`, resuming if it holds checkpoints; returns the final metrics.
 
   `devices` defaults to every device of every process (the mesh's data axis). From the end of
-  data preparation, SIGTERM and SIGINT save a checkpoint at the step reached and return, with
-  final['stopped_by'] naming the signal.
+  data preparation, SIGTERM, SIGINT and SIGHUP save a checkpoint at the step reached and
+  return, with final['stopped_by'] naming the signal.
   """
   # Every check that needs no data was made when `exp` was parsed; the devices are checked
   # here, before anything is written.
@@ -75,7 +76,7 @@ def train_and_evaluate(exp: experiment.Experiment, workdir: str,
     if created:
       workdir_checks.remove_if_empty(workdir)
     if isinstance(e, Exception) and not isinstance(e, UserError) and disk_full(e):
-      raise workdir_checks.disk_full_error(workdir, e) from None
+      raise workdir_checks.disk_full_error(workdir, e, workdir=workdir) from None
     raise
 
 
@@ -200,7 +201,19 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
       getattr(job.train_iter, "close", lambda: None)()  # its prefetch thread
       _close(job.run.checkpointer, job.writer, failed)
     final["step"] = step
+    if job.primary and step == num_steps:  # read off what the run wrote, as a sweep's rule is
+      final["failure"] = _failure(workdir, config)
+      if final["failure"]:
+        logging.warning("The run finished but failed by the default failure rule: %s.",
+                        final["failure"])
     return final
+
+
+def _failure(workdir: str, config: ml_collections.ConfigDict) -> Optional[str]:
+  """Why the finished run failed by the default FailureRule (stalled, a dead layer), or None."""
+  losses = {r["step"]: r["loss"] for r in read_metrics(workdir, "train")}
+  last = (read_metrics(workdir, "diagnostics") or [{}])[-1]
+  return FailureRule().judge(losses, layer_grad_norms(last), warmup_steps=config.warmup_steps)
 
 
 def summary_lines(final: dict[str, Any], workdir: str) -> list[str]:
@@ -210,6 +223,9 @@ def summary_lines(final: dict[str, Any], workdir: str) -> list[str]:
   done = (f"stopped by {final['stopped_by']} at step {step}" if final.get("stopped_by")
           else f"trained to step {step}")
   lines = [f"Run {workdir}: {done}."]
+  if final.get("failure"):
+    lines.append(f"  FAILED by the default failure rule: {final['failure']} (docs/training.md, "
+                 "'A run that failed').")
   for split, name in (("eval", "held-out"), ("test", "test")):
     m = final.get(split) or {}
     if "accuracy" in m:

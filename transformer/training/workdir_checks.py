@@ -24,7 +24,7 @@ from transformer import checkpoint, storage
 from transformer.config import ModelConfig
 from transformer.data import corpus_files, local_corpora
 from transformer.data import tokenizer as tokenizers
-from transformer.errors import ConfigError, TrainingError, disk_full, one_line
+from transformer.errors import ConfigError, TrainingError, disk_full, full_file, one_line
 from transformer.training import experiment, writers
 
 LOCK_FILE = "train.lock"  # WORKDIR/train.lock, held by the run training there
@@ -389,7 +389,14 @@ def _normal(v: Any) -> Any:
   return list(v) if isinstance(v, tuple) else v
 
 
-def disk_full_error(workdir: str, e: BaseException) -> TrainingError:
-  return TrainingError(f"No space left on the disk of {workdir} ({one_line(e, 160)}); free "
-                       "space and rerun the same command: it resumes from the newest readable "
-                       "checkpoint.")
+def disk_full_error(directory: str, e: BaseException,
+                    workdir: Optional[str] = None) -> TrainingError:
+  """A full disk in one line: the disk of the file the error names (a TFDS directory, a token
+  cache, ...), else of `directory`; given the run's `workdir`, what a rerun starts from."""
+  then = ""
+  if workdir is not None:
+    saved = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
+    then = (": it resumes from the newest readable checkpoint" if saved else
+            ": it starts from step 0, as no checkpoint was saved")
+  return TrainingError(f"No space left on the disk of {full_file(e) or directory} "
+                       f"({one_line(e, 160)}); free space and rerun the same command{then}.")

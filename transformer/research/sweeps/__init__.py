@@ -9,8 +9,7 @@
   contrasts.py  signed sums of arms across a sweep or two, by seed (docs/contrasts.md)
 """
 
-from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, UNSET, FailureRule,
-                                              Point, Sweep,
+from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, UNSET, Point, Sweep,
                                               check_sweep, expand, headline_arms, is_finished,
                                               load_sweep, point_config, point_dir, set_field)
 from transformer.research.sweeps.report import aggregate
@@ -19,6 +18,7 @@ from transformer.research.sweeps.runner import (LOCK_FILE, changed_points, claim
                                                 run_command, test_rows, tokenizer_path)
 from transformer.research.sweeps.stats import (correlation, fit_slopes, load_results,
                                                metric_value)
+from transformer.training.failure_rule import FailureRule
 from transformer.research.sweeps.tuning import (Paired, best_per_arm, holm, paired,
                                                 paired_differences, searched_values, t_interval,
                                                 test_set_se)

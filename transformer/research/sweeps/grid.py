@@ -55,9 +55,11 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     place of `tune`'s grid (extended at an edge as usual); a single value runs
                     the arm there only, neither searched nor extended (a control at another
                     arm's chosen rate)
-  failure           optional FailureRule, fixed before the runs: a finished run it judges
-                    stalled or with a dead layer counts as failed, like a diverged one (never
-                    chosen, left out of every mean, counted per arm and value in the tables)
+  failure           optional FailureRule (training/failure_rule.py), fixed before the runs: a
+                    finished run it judges stalled or with a dead layer counts as failed, like
+                    a diverged one (never chosen, left out of every mean, counted per arm and
+                    value in the tables); read again whenever the results are read. Without
+                    one, each run is judged once, as it finishes, by the default FailureRule()
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -75,6 +77,7 @@ from transformer import storage
 from transformer.config import SCALE_FIELDS
 from transformer.errors import ConfigError, one_line
 from transformer.training import experiment
+from transformer.training.failure_rule import FailureRule
 
 POINTS_DIR = "points"
 RESULT_FILE = "result.json"
@@ -91,28 +94,6 @@ class _Unset:
 
 
 UNSET = _Unset()
-
-
-@dataclasses.dataclass(frozen=True)
-class FailureRule:
-  """When a run that finished with finite losses still failed, read off what it recorded:
-
-  stalled     its last train record's loss is not below (1 - min_fall) x the loss of its
-              train record at step `stall_step` (it stopped learning after that step)
-  dead layer  at its last diagnostics record, a layer's gradient norm
-              ('final/grad_norm/decoder/layer_*' and encoder's) is below `dead_ratio` x the
-              largest layer's (the layer no longer learns: an attention entropy collapse ends
-              so, Zhai et al. 2023)
-  """
-  stall_step: int
-  min_fall: float = 0.05
-  dead_ratio: float = 1e-3
-
-  def describe(self) -> str:
-    return (f"a run failed if its loss diverged (non-finite), if its last train loss is not "
-            f"{self.min_fall:.0%} below its train loss at step {self.stall_step} (stalled), or if "
-            f"at its last diagnostics a layer's gradient norm is below {self.dead_ratio:g} of "
-            "the largest layer's (a dead layer)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,10 +278,11 @@ def _check_reporting(sweep: Sweep) -> None:
   if sweep.sensitivity_cap is not None and not sweep.tune:
     raise ConfigError("sensitivity_cap reads the learning-rate curve: it needs `tune`.")
   rule = sweep.failure
-  if rule is not None and not (isinstance(rule, FailureRule) and rule.stall_step > 0
+  if rule is not None and not (isinstance(rule, FailureRule)
+                               and (rule.stall_step is None or rule.stall_step > 0)
                                and 0 <= rule.min_fall < 1 and rule.dead_ratio > 0):
-    raise ConfigError(f"failure={rule!r} needs a FailureRule with stall_step > 0, min_fall in "
-                      "[0, 1) and dead_ratio > 0.")
+    raise ConfigError(f"failure={rule!r} needs a FailureRule with stall_step None or > 0, "
+                      "min_fall in [0, 1) and dead_ratio > 0.")
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")
@@ -343,8 +325,8 @@ def _check_values(sweep: Sweep) -> None:
                                                    if v is not UNSET]:
     set_field(base, field, value)
   rule = sweep.failure
-  if rule and (rule.stall_step % base.log_every_steps or
-               rule.stall_step >= base.num_train_steps):
+  if rule and rule.stall_step is not None and (rule.stall_step % base.log_every_steps or
+                                               rule.stall_step >= base.num_train_steps):
     raise ConfigError(f"failure.stall_step={rule.stall_step} must be a logged step "
                       f"(a multiple of log_every_steps={base.log_every_steps}) before the last "
                       f"({base.num_train_steps}): the rule reads the train record there.")

@@ -19,12 +19,17 @@ from transformer.research.sweeps.plots import curve_plots, fit_plot, trend_plot,
 from transformer.research.sweeps.stats import (cell, correlation, fit_left_out, fit_slopes,
                                                load_results, mean_std, metric_value,
                                                ordered_groups)
+from transformer.training.failure_rule import FailureRule
 
 
 def aggregate(sweep: Sweep, workdir: str,
               command: Optional[str] = None) -> dict[str, Any]:
   """Writes results.md, results.csv and plots/*.png from the stored result.json files."""
   results, points = grid_results(sweep, workdir)
+  if not sweep.failure and any(r["status"] == "failed" for r in results):
+    # Judged by the default rule as each run finished (training/failure_rule.py): the tables
+    # count them, and say by which rule, as they do a sweep's own.
+    sweep = dataclasses.replace(sweep, failure=FailureRule())
   groups = ordered_groups(points, results)
   fields = axis_fields(sweep) + list(sweep.tune)
   failed = sweep.not_ok

@@ -5,8 +5,9 @@ stopped; an unfinished point resumes from its own checkpoints).
 Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split;
 'decode/bleu' and 'test/bleu' when a seq2seq run scores BLEU),
 'init/*' and 'final/*' (the first and last diagnostics records; 'step_{S}/*' at sweep.at_steps), 'spikes/*'
-(stats.spike_stats), 'length_{f}x/loss', 'status' ('ok' or 'diverged'; a sweep's failure rule
-makes an 'ok' run 'failed' as the results are read, `stats.load_results`); beside the metrics,
+(stats.spike_stats), 'length_{f}x/loss', 'status' ('ok', 'diverged', or 'failed' with its
+'failure' reason: stalled or a dead layer by the sweep's failure rule, which is read again as
+the results are read (`stats.load_results`), or else by the default one); beside the metrics,
 'test_rows': [NLL sum, tokens] of every test example (`test_rows`), what the report's
 intervals read the test set's own sampling error from.
 A point being run holds a lock (`filelock`, released by the OS if its process dies), so
@@ -40,9 +41,10 @@ from transformer.research.sweeps.report import aggregate
 from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
                                               check_sweep, expand, is_finished, load_sweep,
                                               point_config, point_dir)
-from transformer.research.sweeps.stats import curve_pattern, load_results, spike_stats
+from transformer.research.sweeps.stats import curve_pattern, failure_of, load_results, spike_stats
 from transformer.trained import evaluate, loading
 from transformer.training import experiment, loop, run, steps, workdir_checks
+from transformer.training.failure_rule import FailureRule
 from transformer.training.writers import read_metrics
 
 LOCK_FILE = "running.lock"
@@ -173,8 +175,8 @@ def test_rows(run_dir: str) -> list[list[float]]:
 
 def run_point(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   """Trains `point` (resuming its own checkpoints) and writes its result.json; a run stopped
-  by SIGTERM / SIGINT writes none (status 'stopped': it resumes from its checkpoint). The
-  result names the programs the point compiled rather than read from the persistent cache
+  by SIGTERM / SIGINT / SIGHUP writes none (status 'stopped': it resumes from its checkpoint).
+  The result names the programs the point compiled rather than read from the persistent cache
   ('compiled': {function: count}): a point that differs from an earlier one of its arm only
   in its rate and seed compiles none where the cache is on."""
   with CompileCounter() as counter:
@@ -238,6 +240,10 @@ def _trained_result(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   result["curves"] = {k: v for k, v in series.items()
                       if any(fnmatch.fnmatchcase(k, curve_pattern(c)) for c in sweep.curves)
                       or k in ("train/loss", "eval/loss")}
+  if result["status"] == "ok":  # by the sweep's rule (read again later) or the default one
+    reason = failure_of(result, sweep.failure or FailureRule())
+    if reason:
+      result.update(status="failed", failure=reason)
   result["seconds"] = time.perf_counter() - start
   return result
 
@@ -415,8 +421,9 @@ def run_sweep(sweep: Sweep, workdir: str, only: Optional[Iterable[str]] = None,
       logging.warning("Sweep %s: stopped by %s in %s; rerun the same command to continue.",
                       sweep.name, result["stopped_by"], point.name)
       return done
+    status = result["status"] + (f" ({result['failure']})" if result.get("failure") else "")
     logging.info("Sweep %s: %s %s in %.0f s (%d program(s) compiled)", sweep.name, point.name,
-                 result["status"], result["seconds"], sum(result.get("compiled", {}).values()))
+                 status, result["seconds"], sum(result.get("compiled", {}).values()))
     budget.longest = max(budget.longest, result["seconds"])
     done.append(point)
 

@@ -12,43 +12,36 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from transformer import storage
-from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, FailureRule, Point,
-                                              Sweep, format_value, short_name)
+from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
+                                              format_value, short_name)
+from transformer.training.failure_rule import FailureRule, layer_grad_norms
 
 
 def load_results(workdir: str, failure: Optional[FailureRule] = None) -> list[dict[str, Any]]:
-  """The result.json of every finished point under workdir, in name order; with a sweep's
-  failure rule, a finished run it judges failed gets status 'failed' and its reason under
-  'failure' (the files stay as they are: the rule is read, never written, so it applies to
-  runs made before it)."""
+  """The result.json of every finished point under workdir, in name order. With a sweep's
+  failure rule, each run that finished with finite losses is judged by it as it is read
+  (status 'failed' and the reason under 'failure', or 'ok'): the files stay as they are, so
+  the rule applies to runs made before it. Without one, each record's own status stands (the
+  default rule's, written when the run finished)."""
   root = storage.as_path(storage.join(workdir, POINTS_DIR))
   results = []
   for point in sorted(root.iterdir()) if root.is_dir() else []:
     if (point / RESULT_FILE).is_file():
       result = json.loads((point / RESULT_FILE).read_text())
-      reason = failure_of(result, failure) if failure and result["status"] == "ok" else None
-      results.append({**result, "status": "failed", "failure": reason} if reason else result)
+      if failure and result["status"] in ("ok", "failed"):
+        reason = failure_of(result, failure)
+        result = {k: v for k, v in result.items() if k != "failure"}
+        result.update({"status": "failed", "failure": reason} if reason else {"status": "ok"})
+      results.append(result)
   return results
 
 
 def failure_of(result: dict[str, Any], rule: FailureRule) -> Optional[str]:
-  """Why a finished run failed by `rule` (grid.FailureRule), in words; None if it did not."""
+  """Why a finished run failed by `rule`, in words, read off its result.json; None if not."""
   losses = dict((int(s), v) for s, v in result.get("curves", {}).get("train/loss", []))
-  if rule.stall_step in losses and losses:
-    first, last_step = losses[rule.stall_step], max(losses)
-    last = losses[last_step]
-    if last_step > rule.stall_step and not last < (1 - rule.min_fall) * first:
-      return (f"stalled: train loss {last:.3f} at step {last_step} against {first:.3f} at "
-              f"step {rule.stall_step}")
-  norms = {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 1)[-1]: float(v)
-           for k, v in result.get("metrics", {}).items()
-           if fnmatch.fnmatchcase(k, "final/grad_norm/*/layer_*") and math.isfinite(float(v))}
-  if norms and max(norms.values()) > 0:
-    layer, low = min(norms.items(), key=lambda kv: kv[1])
-    if low < rule.dead_ratio * max(norms.values()):
-      return (f"dead layer: {layer}'s final gradient norm {low:.2g} against the largest "
-              f"layer's {max(norms.values()):.2g}")
-  return None
+  warmup = result.get("config", {}).get("warmup_steps", 0)
+  return rule.judge(losses, layer_grad_norms(result.get("metrics", {}), prefix="final/"),
+                    warmup_steps=warmup)
 
 
 def metric_value(metrics: dict[str, Any], spec: str) -> float:
