@@ -52,6 +52,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import contextlib  # noqa: E402
 import fcntl  # noqa: E402
+import json  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
 
@@ -84,6 +85,56 @@ def tiny_train_flags(tfds_dir, workdir, steps=40, every=10, log_every=1):
           f"--config.num_train_steps={steps}", "--config.warmup_steps=5",
           f"--config.log_every_steps={log_every}", f"--config.eval_every_steps={steps}",
           f"--config.checkpoint_every_steps={every}"]
+
+
+# Runs a script's __main__ (`runpy`, the case's argv) once for each case, each in a child
+# forked from one interpreter that imported the package once: a dozen cases cost one start.
+# BEFORE runs once before the forks (imports, wrappers); AFTER in each child after its case,
+# with `name` bound to the case's name.
+_FORK_DRIVER = """
+import json, os, runpy, signal, sys
+script, cases = sys.argv[1], json.loads(sys.argv[2])
+BEFORE
+results = {}
+for name, argv in cases.items():
+  read, write = os.pipe()
+  pid = os.fork()
+  if pid == 0:
+    os.close(read)
+    os.dup2(write, 1)
+    os.dup2(write, 2)
+    signal.alarm(300)  # a case that does not end ends anyway
+    sys.argv = [script, *argv]
+    code = 0
+    try:
+      runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:  # as the interpreter ends on one: a message is printed, exit 1
+      if isinstance(e.code, str):
+        print(e.code, file=sys.stderr)
+      code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    AFTER
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(code)
+  os.close(write)
+  with os.fdopen(read, errors="replace") as f:
+    output = f.read()
+  _, status = os.waitpid(pid, 0)
+  results[name] = {"code": os.waitstatus_to_exitcode(status), "output": output}
+print("RESULTS " + json.dumps(results))
+"""
+
+
+def forked_script_runs(script, cases, before="import transformer.cli", after="pass",
+                       devices=1, timeout=600):
+  """{case name: {"code": exit status, "output": stdout and stderr}} of `script` run with each
+  case's argv (`cases`: {name: argv}), each in a child of one interpreter (_FORK_DRIVER)."""
+  driver = _FORK_DRIVER.replace("BEFORE", before).replace("AFTER", after)
+  result = subprocess.run([sys.executable, "-c", driver, str(script), json.dumps(cases)],
+                          env=script_env(devices), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+  lines = [line for line in result.stdout.splitlines() if line.startswith("RESULTS ")]
+  assert lines, result.stdout[-2000:] + result.stderr[-2000:]
+  return json.loads(lines[-1][len("RESULTS "):])
 
 
 @pytest.fixture(scope="session")

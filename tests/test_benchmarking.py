@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import batch_identity
-from conftest import REPO, script_env
+from conftest import REPO, forked_script_runs, script_env
 from transformer.config import ModelConfig
 from transformer.research import benchmarking
 from transformer.research.sweeps import grid
@@ -82,17 +82,20 @@ def test_benchmark_script_reports_every_mode(tmp_path):
 def test_benchmark_flags_are_checked_before_any_work(tmp_path):
   """Each was a traceback (UnboundLocalError, StatisticsError, a JAX error) or, for --output,
   a FileNotFoundError after the whole benchmark had run; --mode= measured nothing, rc 0."""
-  script = [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py"]
-  for flags, said in ((["--steps=0"], "error: flag --steps=0: 0 is not a positive integer"),
-                      (["--repeats=0"], "error: flag --repeats=0: 0 is not a positive integer"),
-                      (["--mode=decode", "--decode_batch=0"], "error: flag --decode_batch=0"),
-                      (["--mode="], "error: No benchmark mode given"),
-                      ([f"--output={tmp_path}/none/x.json"],
-                       f"error: Cannot write --output={tmp_path}/none/x.json: the directory")):
-    proc = subprocess.run(script + flags, cwd=REPO, env=script_env(), capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 1 and proc.stderr.startswith(said), (flags, proc.stderr[-800:])
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-800:]
+  cases = {"steps": (["--steps=0"], "error: flag --steps=0: 0 is not a positive integer"),
+           "repeats": (["--repeats=0"], "error: flag --repeats=0: 0 is not a positive integer"),
+           "decode_batch": (["--mode=decode", "--decode_batch=0"],
+                            "error: flag --decode_batch=0"),
+           "mode": (["--mode="], "error: No benchmark mode given"),
+           "output": ([f"--output={tmp_path}/none/x.json"],
+                      f"error: Cannot write --output={tmp_path}/none/x.json: the directory")}
+  results = forked_script_runs(REPO / "scripts" / "benchmark.py", {
+      name: ["--config=configs/default.py", *flags] for name, (flags, _) in cases.items()},
+      before="import transformer.research.benchmarking, transformer.research.sweeps.grid")
+  for name, (flags, said) in cases.items():
+    code, output = results[name]["code"], results[name]["output"]
+    assert code == 1 and output.startswith(said), (flags, output[-800:])
+    assert len(output.strip().splitlines()) == 1, output[-800:]
 
 
 @pytest.mark.parametrize("model_type", ["seq2seq", "lm"])

@@ -9,62 +9,30 @@ one interpreter start, not twelve.
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
-from conftest import REPO, TRAIN, script_env, tiny_train_flags
+from conftest import REPO, TRAIN, forked_script_runs, tiny_train_flags
 
 LM_TINY = str(REPO / "configs" / "lm_tiny.py")
 TRANSLATE_TINY = str(REPO / "configs" / "translate_tiny.py")
 
-# The driver: for each case, fork, run train.py's main with the case's argv, and report the
-# exit status and output; the counted run reports how often the config was parsed, validated
-# and checked against the devices.
-_DRIVER = textwrap.dedent("""
-    import json, os, runpy, signal, sys
-    sys.path.insert(0, sys.argv[3])  # where the test wrote a model kind of one's own
-    from transformer.training import experiment, run  # imported once, before the forks
-    cases, counted = json.loads(sys.argv[1]), sys.argv[2]
-    counts = {"parse": 0, "validate": 0, "device_mesh": 0}
-    def counting(module, name):
-      inner = getattr(module, name)
-      def wrapped(*args, **kwargs):
-        counts[name] += 1
-        return inner(*args, **kwargs)
-      setattr(module, name, wrapped)
-    for module, name in ((experiment, "parse"), (experiment, "validate"), (run, "device_mesh")):
-      counting(module, name)
-    results = {}
-    for name, argv in cases.items():
-      read, write = os.pipe()
-      pid = os.fork()
-      if pid == 0:
-        os.close(read)
-        os.dup2(write, 1)
-        os.dup2(write, 2)
-        signal.alarm(300)  # a case that does not fail ends anyway
-        sys.argv = [%r, *argv]
-        code = 0
-        try:
-          runpy.run_path(sys.argv[0], run_name="__main__")
-        except SystemExit as e:  # as the interpreter ends on one: a message is printed, exit 1
-          if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-          code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-        if name == counted:
-          print("COUNTS " + json.dumps(counts), flush=True)
-        sys.stdout.flush(); sys.stderr.flush()
-        os._exit(code)
-      os.close(write)
-      with os.fdopen(read, errors="replace") as f:
-        output = f.read()
-      _, status = os.waitpid(pid, 0)
-      results[name] = {"code": os.waitstatus_to_exitcode(status), "output": output}
-    print("RESULTS " + json.dumps(results))
-    """ % TRAIN)
+# Before the forks: the package imported once, where the test wrote a model kind of one's own
+# importable, and the three functions counted; the counted case prints its counts.
+_COUNTING = """
+sys.path.insert(0, os.environ["MY_KINDS_DIR"])
+from transformer.training import experiment, run
+counts = {"parse": 0, "validate": 0, "device_mesh": 0}
+def counting(module, function):
+  inner = getattr(module, function)
+  def wrapped(*args, **kwargs):
+    counts[function] += 1
+    return inner(*args, **kwargs)
+  setattr(module, function, wrapped)
+for module, function in ((experiment, "parse"), (experiment, "validate"), (run, "device_mesh")):
+  counting(module, function)
+"""
+_PRINT_COUNTS = 'print("COUNTS " + json.dumps(counts), flush=True) if name == "counted" else None'
 
 _INCOMPLETE_KIND = """
 from typing import ClassVar
@@ -142,12 +110,12 @@ def driven(tmp_path_factory, tfds_dir):
     expected[name] = (where, words)
   counted = tmp / "counted"
   cases["counted"] = tiny_train_flags(tfds_dir, counted, steps=2, every=2)
-  result = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(cases), "counted",
-                           str(tmp)], env=script_env(1), cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-  lines = [l for l in result.stdout.splitlines() if l.startswith("RESULTS ")]
-  assert lines, result.stdout[-2000:] + result.stderr[-2000:]
-  return json.loads(lines[-1][len("RESULTS "):]), expected
+  os.environ["MY_KINDS_DIR"] = str(tmp)  # for the driver, which inherits the environment
+  try:
+    results = forked_script_runs(TRAIN, cases, before=_COUNTING, after=_PRINT_COUNTS)
+  finally:
+    del os.environ["MY_KINDS_DIR"]
+  return results, expected
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -100,6 +100,12 @@ def test_a_full_disk_is_recognised_behind_other_errors():
   message = str(workdir_checks.disk_full_error("/w", OSError(errno.ENOSPC, "No space")))
   assert message.startswith("No space left on the disk of /w") and "rerun the same command" in (
       message)
+  # The disk of the file that failed, where the error names one: a TFDS shard elsewhere (its
+  # text says so), not the workdir's.
+  tfds = ValueError('Failed to finalize writing of split "train": write() failed: No space left '
+                    "on device; writing /data/tfds/synthetic/1.0.0/train.array_record-00000")
+  assert str(workdir_checks.disk_full_error("/w", tfds)).startswith(
+      "No space left on the disk of /data/tfds/synthetic/1.0.0/train.array_record-00000 (")
 
 
 def test_an_unwritable_workdir_is_one_line(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from typing import Optional
 
 
@@ -71,10 +72,14 @@ def disk_full(e: Optional[BaseException]) -> bool:
 
 
 def full_file(e: Optional[BaseException]) -> Optional[str]:
-  """The file whose write found the disk full, where e's chain names it."""
+  """The file whose write found the disk full, where e's chain names it: an OSError's filename,
+  else the first absolute path its text names (array_record's and tensorstore's errors)."""
   full = _disk_full_error(e)
   name = getattr(full, "filename", None)
-  return os.fspath(name) if isinstance(name, (str, os.PathLike)) else None
+  if isinstance(name, (str, os.PathLike)):
+    return os.fspath(name)
+  named = re.search(r"(?<![\w.])(/[^\s'\"():;,]+)", str(full)) if full is not None else None
+  return named.group(1) if named else None
 
 
 def not_writable(e: Optional[BaseException]) -> Optional[str]:

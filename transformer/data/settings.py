@@ -86,5 +86,6 @@ def planned_vocab_size(config: ml_collections.ConfigDict) -> tuple[int, str]:
     return ByteTokenizer().vocab_size, "the byte tokenizer"
   path = config.tokenizer.get("path")
   if path and storage.as_path(path).exists():  # an existing model is used as it is
-    return SentencePieceTokenizer(storage.as_path(path).read_bytes()).vocab_size, path
+    model = SentencePieceTokenizer(storage.as_path(path).read_bytes(), origin=str(path))
+    return model.vocab_size, path
   return int(config.tokenizer.vocab_size), "tokenizer.vocab_size"
