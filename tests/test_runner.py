@@ -57,7 +57,9 @@ def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):
   """A run that diverged is recorded so; one whose loss sat flat (a rate of 1e-12 here) was
   recorded 'ok' and now fails by the default failure rule, as no rule of the sweep's says."""
   sweep = tiny_sweep(axes=({"learning_rate": [2e-3, 1e38, 1e-12], "warmup_steps": [200, 200, 1],
-                            "num_train_steps": [4, 4, 104]},),
+                            "num_train_steps": [4, 4, 104], "eval_every_steps": [4, 4, 104],
+                            "checkpoint_every_steps": [4, 4, 104],
+                            "diagnostics_every_steps": [2, 2, 0]},),
                      length_factors=(1, 2),
                      fixed={**TINY, "model_type": "lm", "model.num_encoder_layers": 0,
                             "max_len": 34, "model.max_len": 68},
@@ -71,7 +73,7 @@ def test_a_diverging_point_is_recorded_and_length_losses_are_measured(tmp_path):
   sweeps.aggregate(sweep, str(tmp_path))
   table = (tmp_path / "results.md").read_text()
   assert "The failure rule, fixed before the runs: a run failed if" in table
-  assert "learning_rate=1e-12,warmup_steps=1,num_train_steps=104,seed=0: stalled: train " in table
+  assert f"- {flat['name']}: stalled: train loss " in table  # the failed runs, listed
   ok = by_lr[2e-3]
   assert ok["status"] == "ok"
   # Synthetic rows are shorter than max_len: longer rows only add padding, same tokens.

@@ -225,8 +225,10 @@ def test_two_processes_train_like_one_process_with_as_many_devices(tfds_dir, tmp
 
 
 # The processes agree on the stop step through JAX's coordination service, whose notice has
-# been seen to take 31 steps to arrive on a loaded machine: each run has 6x that to stop in.
-POD_STEPS = 200
+# been seen to take 31 steps to arrive on a loaded machine (4 on 2026-11-28): each run has over
+# twice that to stop in. Two processes on 2 cores train about 2 steps/s, so every step of the
+# uninterrupted run and of the last resumed one counts (200 steps: 262 s; 80: about 150 s).
+POD_STEPS = 80
 # Which process a preemption reaches, run after run: the other one must stop at the same step
 # (both reached at once is the easier case of the same agreement).
 SIGNALLED = [(1,), (0,)]
