@@ -105,7 +105,7 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
     exit_with(f"--config file {e.filename} does not parse: {e.msg} at line {e.lineno}; fix it.")
   except Exception as e:  # noqa: BLE001  (sorted below: a full disk, a flag's mistake, a bug)
     if disk_full(e):  # wherever it happened (make_corpus's output, a cache): the user's to fix
-      where = getattr(e, "filename", None)
+      where = errors.full_file(e)
       exit_with(f"No space left on the disk{f' of {where}' if where else ''} "
                 f"({one_line(e, 120)}); free space and rerun the same command.")
     if started or not isinstance(e, (KeyError, AttributeError, ValueError, TypeError, OSError)):
