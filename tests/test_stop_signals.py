@@ -18,6 +18,8 @@ def _deliver(sig):
 def test_a_signal_sets_the_flag_and_the_old_handlers_come_back(first):
   """SIGHUP (an ssh drop) ended a run with exit 129 and no checkpoint; now it saves like
   SIGTERM."""
+  if first == signal.SIGHUP and signal.getsignal(first) is signal.SIG_IGN:
+    pytest.skip("SIGHUP is ignored here (nohup): a run keeps it ignored")
   before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
   with stop_signals.StopSignals() as signals:
     assert signals.stopped_by is None

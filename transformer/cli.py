@@ -96,8 +96,9 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
     print("Interrupted.", file=sys.stderr)
     sys.exit(EXIT_INTERRUPTED)
   except StoppedBySignal as e:  # the shell's code for a signal: 128 + its number
-    print(f"error: stopped by {e}; rerun the same command to go on (a training run resumes "
-          "from its newest checkpoint).", file=sys.stderr)
+    with contextlib.suppress(OSError):  # after an ssh drop the terminal is gone (EIO)
+      print(f"error: stopped by {e}; rerun the same command to go on (a training run resumes "
+            "from its newest checkpoint).", file=sys.stderr)
     sys.exit(128 + e.signum)
   except SyntaxError as e:  # a config file's, met while absl loads it (a bug in main's own code
     if started:             # is raised as it is)
@@ -142,8 +143,10 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
       exit_with(f"bad --config or override: {text[len('flag '):]}")
     if "Traceback (most recent call last)" in text:  # get_config's own error, as a traceback:
       flag = text.partition(": ")[0].removeprefix("flag ")  # its last line says what it was
-      exit_with(f"{flag}: get_config failed: {last} (the text after ':' in a --config value is "
-                "passed to get_config)")
+      argument = ":" in flag.partition("=")[2].rpartition(".py")[2]
+      exit_with(f"{flag}: get_config failed: {last}"
+                + (" (the text after ':' in a --config value is passed to get_config)"
+                   if argument else ""))
     # absl's own message, without parsing again: a second parse would define the config's
     # override flags twice and report that instead.
     exit_with(f"{text} (--helpshort lists the flags)")

@@ -78,8 +78,9 @@ def full_file(e: Optional[BaseException]) -> Optional[str]:
   name = getattr(full, "filename", None)
   if isinstance(name, (str, os.PathLike)):
     return os.fspath(name)
-  named = re.search(r"(?<![\w.])(/[^\s'\"():;,]+)", str(full)) if full is not None else None
-  return named.group(1) if named else None
+  paths = re.findall(r"(?<![\w.:/])(/[^\s'\"():;,]+)", str(full)) if full is not None else []
+  paths = [p for p in paths if "/site-packages/" not in p and not p.endswith(".py")]
+  return paths[0] if paths else None
 
 
 def not_writable(e: Optional[BaseException]) -> Optional[str]:

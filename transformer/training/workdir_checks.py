@@ -54,8 +54,8 @@ def check_writable(directory: str, fix: str = _WORKDIR_FIX, what: str = "Workdir
     probe.parent.mkdir(parents=True, exist_ok=True)
     probe.write_text("ok")
   except OSError as e:
-    if disk_full(e):
-      raise disk_full_error(directory, e) from None
+    if disk_full(e):  # the directory is named, not the probe file that is removed below
+      raise disk_full_error(directory, OSError(e.errno, e.strerror)) from None
     raise TrainingError(f"{what} {directory} is not writable ({e.strerror or one_line(e, 160)}); "
                         f"{fix}.") from None
   finally:

@@ -280,9 +280,10 @@ def _check_reporting(sweep: Sweep) -> None:
   rule = sweep.failure
   if rule is not None and not (isinstance(rule, FailureRule)
                                and (rule.stall_step is None or rule.stall_step > 0)
-                               and 0 <= rule.min_fall < 1 and rule.dead_ratio > 0):
+                               and 0 <= rule.min_fall < 1 and rule.dead_ratio > 0
+                               and rule.min_span >= 1):
     raise ConfigError(f"failure={rule!r} needs a FailureRule with stall_step None or > 0, "
-                      "min_fall in [0, 1) and dead_ratio > 0.")
+                      "min_fall in [0, 1), dead_ratio > 0 and min_span >= 1.")
   if set(sweep.confirm_seeds) & set(sweep.seeds):
     raise ConfigError(f"confirm_seeds {list(sweep.confirm_seeds)} repeat seeds of "
                       f"{list(sweep.seeds)}; give new ones.")
@@ -325,11 +326,13 @@ def _check_values(sweep: Sweep) -> None:
                                                    if v is not UNSET]:
     set_field(base, field, value)
   rule = sweep.failure
-  if rule and rule.stall_step is not None and (rule.stall_step % base.log_every_steps or
-                                               rule.stall_step >= base.num_train_steps):
+  if rule and rule.stall_step is not None and (
+      rule.stall_step % base.log_every_steps or
+      rule.stall_step + rule.min_span > base.num_train_steps):
     raise ConfigError(f"failure.stall_step={rule.stall_step} must be a logged step "
-                      f"(a multiple of log_every_steps={base.log_every_steps}) before the last "
-                      f"({base.num_train_steps}): the rule reads the train record there.")
+                      f"(a multiple of log_every_steps={base.log_every_steps}) at least "
+                      f"min_span={rule.min_span} steps before the last ({base.num_train_steps}): "
+                      "the rule reads the train record there and judges a stall over that span.")
 
 
 Overrides = tuple[tuple[str, Any], ...]
