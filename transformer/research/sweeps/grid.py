@@ -153,13 +153,18 @@ def headline_arms(d_model: int, small_d_model: int = 64) -> dict[str, Any]:
   paper (sqrt(d) on the token), no scale, pe_down (no scale, the sinusoids divided by
   sqrt(d_model): the paper's input divided by sqrt(d), as at every width) and ratio_matched
   (no scale, the sinusoids times sqrt(small_d_model / d_model): the token/PE ratio at init that
-  no scale has at `small_d_model`), each also compared with no scale."""
+  no scale has at `small_d_model`), each also compared with no scale. At d_model ==
+  small_d_model ratio_matched is no scale itself and is left out."""
+  arms = [("paper", "sqrt_d", 1.0), ("no_scale", "none", 1.0),
+          ("pe_down", "none", 1.0 / math.sqrt(d_model)),
+          ("ratio_matched", "none", math.sqrt(small_d_model / d_model))]
+  if d_model == small_d_model:
+    arms = arms[:3]
   return dict(
-      axes=({"model.embed_scale": ["sqrt_d", "none", "none", "none"],
-             "model.posemb_scale": [1.0, 1.0, 1.0 / math.sqrt(d_model),
-                                    math.sqrt(small_d_model / d_model)]},),
-      arm_names=("paper", "no_scale", "pe_down", "ratio_matched"),
-      pairs=(("pe_down", "no_scale"), ("ratio_matched", "no_scale")))
+      axes=({"model.embed_scale": [scale for _, scale, _ in arms],
+             "model.posemb_scale": [pe for _, _, pe in arms]},),
+      arm_names=tuple(name for name, _, _ in arms),
+      pairs=tuple((name, "no_scale") for name, _, _ in arms[2:]))
 
 
 def load_sweep(path: str) -> Sweep:

@@ -479,9 +479,11 @@ def points_pace(directories: Sequence[str]) -> Pace:
   ran (their loop, compilation, evaluations, diagnostics and test split included; a point
   resumed after a stop counts its last call's seconds only, so it looks faster): seconds a
   step, the median over the finished points of each model shape (d_model, layers). A shape
-  none of them ran takes the pace of the smallest measured shape with at least its FLOPs a
-  step, an upper bound ('at most': a smaller model in the same loop takes no longer); above
-  every measured shape, the largest's pace times the ratio of FLOPs a step ('est.')."""
+  none of them ran, between two measured shapes in FLOPs a step, takes the pace of the line
+  through them in FLOPs ('interp.': a step's time as a fixed cost plus a cost a FLOP); below
+  every measured shape, the smallest's pace, an upper bound ('at most': a smaller model in the
+  same loop takes no longer); above every measured shape, the largest's pace times the ratio
+  of FLOPs a step ('est.')."""
   per_step: dict[tuple, list[float]] = {}
   configs: dict[tuple, ml_collections.ConfigDict] = {}
   for directory in directories:
@@ -504,6 +506,12 @@ def points_pace(directories: Sequence[str]) -> Pace:
       return config.num_train_steps * measured[shape], ""
     own = run.step_flops(experiment.parse(config))
     larger = [s for s in measured if flops[s] >= own]
+    smaller = [s for s in measured if flops[s] < own]
+    if larger and smaller:
+      low, high = max(smaller, key=flops.get), min(larger, key=flops.get)
+      at = (own - flops[low]) / (flops[high] - flops[low])
+      return config.num_train_steps * (measured[low] + at * (measured[high] - measured[low])), \
+          "interp."
     if larger:
       return config.num_train_steps * measured[min(larger, key=flops.get)], "at most"
     top = max(measured, key=flops.get)
@@ -512,7 +520,8 @@ def points_pace(directories: Sequence[str]) -> Pace:
   counts = ", ".join(f"{measured[s] * 1e3:.1f} ms a step at d_model {s[0]} x {s[1] + s[2]} "
                      f"({len(per_step[s])} points)" for s in sorted(measured))
   return Pace(seconds, f"at the pace of the points finished in {', '.join(directories)}: "
-                       f"{counts}; a size not run there: 'at most', a larger size's pace")
+                       f"{counts}; a size not run there: 'interp.' between two sizes run in "
+                       "FLOPs a step, 'at most' a larger size's pace, 'est.' beyond the largest")
 
 
 def plan(sweep: Sweep, workdir: str, pace: Pace) -> str:
@@ -537,13 +546,27 @@ def plan(sweep: Sweep, workdir: str, pace: Pace) -> str:
                  f"{config.num_train_steps} steps, ~{seconds:.0f} s"
                  f"{', ' + qualifier if qualifier else ''})")
   bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
-  later = sum(len(sweep.confirm_seeds) for b in bests if not b.complete)
+  later, later_total, edge = [], 0.0, 0.0
+  for best in (b for b in bests if not b.complete):
+    arm_point = next(p for p in tuning.points(sweep, results)
+                     if arm_key(sweep, p.overrides) == arm_key(sweep, best.overrides))
+    seconds, qualifier = pace.seconds(point_config(sweep, arm_point), False)
+    edge = max(edge, seconds)
+    for seed in sweep.confirm_seeds:
+      later_total += seconds
+      later.append(f"{len(todo) + len(later) + 1:3d}. {best.arm},{sweep.tuned_field}=CHOSEN,"
+                   f"seed={seed}  (reports, once {best.name} has chosen its rate, ~{seconds:.0f} s"
+                   f"{', ' + qualifier if qualifier else ''})")
   head = (f"Sweep {sweep.name}: {len(results)} point(s) finished, {len(todo)} to run now "
           f"(~{total / 60:.1f} min {pace.describe})")
   if later:
-    head += (f", then {later} reporting point(s) once their arms have chosen a rate (and up to "
-             f"{sweep.extend_edges} more rate(s) an edge where an arm's best is on one)")
-  return "\n".join([head + ":"] + lines)
+    head += (f", then {len(later)} reporting point(s) once their arms have chosen a rate "
+             f"(~{later_total / 60:.1f} min; and up to {sweep.extend_edges} more rate(s) an edge "
+             f"where an arm's best is on one, {len(sweep.seeds)} point(s) a rate)")
+  tail = f"In all: {len(todo) + len(later)} point(s), ~{(total + later_total) / 3600:.1f} h"
+  if later and sweep.extend_edges:
+    tail += (f"; each rate an edge adds ~{len(sweep.seeds) * edge / 60:.0f} min")
+  return "\n".join([head + ":"] + lines + later + [tail + "."])
 
 
 def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str]] = None,

@@ -1,0 +1,16 @@
+"""W1 at d_model 128, 4 layers: the declaration, its reading and its budget are in
+configs/sweeps/w1_width_fixed_depth.py.
+  python scripts/sweep.py --config=configs/sweeps/w1_d128.py --workdir=docs/sweeps/w1_d128
+"""
+
+import os
+
+from transformer.research.sweeps import Sweep
+from transformer.training.experiment import load_module
+
+W1 = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "w1_width_fixed_depth.py"))
+
+
+def get_sweep() -> Sweep:
+  return W1.width_sweep(128, "w1_d128")
