@@ -40,7 +40,7 @@ def test_a_contrast_gives_the_tuning_plot_one_panel_per_setting(tmp_path, monkey
   results = [bowl(s, lr, seed, 2e-3) for s in ("sqrt_d", "none") for lr in (1e-3, 2e-3, 4e-3)
              for seed in (0, 1, 2)]
   panels = []
-  real = plots._pyplot()
+  real = plots.pyplot()
   monkeypatch.setattr(real, "subplots", lambda *a, _real=real.subplots, **kw: (
       panels.append(a), _real(*a, **kw))[1])
   path = plots.tuning_plot(sweep, tuning.best_per_arm(sweep, results), str(tmp_path))
@@ -52,7 +52,7 @@ def test_a_trend_plot_draws_the_extrapolation_only_towards_a_zero(tmp_path, monk
   from transformer.research.sweeps import tuning
   sweep = trend_sweep()
   dashed, figures = [], []
-  real = plots._pyplot()
+  real = plots.pyplot()
   monkeypatch.setattr(real, "subplots", lambda *a, _real=real.subplots, **kw: (
       figures.append(_real(*a, **kw)), figures[-1])[1])
   dotted = []

@@ -23,6 +23,18 @@ def test_the_readme_is_a_front_door_with_the_two_commands():
   assert "python -m pytest -n 2 tests\n" in (REPO / ".ci" / "run").read_text()  # CI runs it too
 
 
+def test_the_readmes_two_snippets_run_as_written(capsys, decode_run):
+  """A module imported and applied; a checkpoint restored and applied (the main job's workdir
+  replaced by a run trained here)."""
+  readme = (REPO / "README.md").read_text()
+  module, restore = re.findall(r"```python\n(.*?)```", readme, re.S)[:2]
+  exec(compile(module, "README.md", "exec"), {})
+  assert "(2, 8, 1000)" in capsys.readouterr().out
+  assert '"/tmp/transformer-default"' in restore
+  exec(compile(restore.replace("/tmp/transformer-default", decode_run), "README.md", "exec"), {})
+  assert re.search(r"\[\[\d+ \d+ \d+ \d+\]\]", capsys.readouterr().out)
+
+
 def test_the_modules_example_runs(capsys):
   page = (REPO / "docs" / "knobs.md").read_text()
   blocks = re.findall(r"```python\n(.*?)```", page, re.S)

@@ -16,7 +16,7 @@ from transformer.research.sweeps.stats import (cell, curve_pattern, curve_values
 from transformer.research.sweeps.tuning import ArmBest, Trend
 
 
-def _pyplot():
+def pyplot():
   """matplotlib's pyplot drawing to files (Agg), imported only when a plot is made."""
   import matplotlib
 
@@ -26,7 +26,7 @@ def _pyplot():
   return plt
 
 
-def _save(plt, fig, out_dir: str, file_name: str) -> str:
+def save_plot(plt, fig, out_dir: str, file_name: str) -> str:
   """Lays `fig` out, writes it to OUT_DIR/FILE_NAME (local or gs://), closes it: the path."""
   fig.tight_layout()
   storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -39,7 +39,7 @@ def _save(plt, fig, out_dir: str, file_name: str) -> str:
 def fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: str,
               out_dir: str) -> str:
   """Log-log plot of y against x, one marker per seed, with reference slopes 1 and 2."""
-  plt = _pyplot()
+  plt = pyplot()
   fig, ax = plt.subplots(figsize=(6, 4.5))
   by_setting: dict[str, list[tuple[float, float]]] = {}
   for (others, _), xy in fit_points(sweep, results, x_field, y_spec).items():
@@ -68,7 +68,7 @@ def fit_plot(sweep: Sweep, results: list[dict[str, Any]], x_field: str, y_spec: 
   ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
-  return _save(plt, fig, out_dir, "fit_" + slug(y_spec) + "_vs_" + short_name(x_field) + ".png")
+  return save_plot(plt, fig, out_dir, "fit_" + slug(y_spec) + "_vs_" + short_name(x_field) + ".png")
 
 
 def slug(spec: str) -> str:
@@ -87,7 +87,7 @@ def unit(name: str) -> str:
 def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
                 workdir: str) -> list[str]:
   """One PNG per curve: the mean over seeds of each group against steps, shaded min-max."""
-  plt = _pyplot()
+  plt = pyplot()
   out_dir = storage.join(workdir, "plots")
   storage.as_path(out_dir).mkdir(parents=True, exist_ok=True)
   paths = []
@@ -126,7 +126,7 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
       ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))
-    paths.append(_save(plt, fig, out_dir, slug(curve.replace("/", "_")) + ".png"))
+    paths.append(save_plot(plt, fig, out_dir, slug(curve.replace("/", "_")) + ".png"))
   return paths
 
 
@@ -134,7 +134,7 @@ def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
   """sweep.select against the tuned value for every arm (mean ± std over seeds, log x); the
   chosen value circled, values where a seed diverged (or failed by sweep.failure) marked x on
   the top edge. With sweep.contrast, one panel per setting of that field (shared axes)."""
-  plt = _pyplot()
+  plt = pyplot()
   field = short_name(sweep.tuned_field)
   panels: dict[str, list[ArmBest]] = {}
   for b in bests:
@@ -174,7 +174,7 @@ def tuning_plot(sweep: Sweep, bests: list[ArmBest], out_dir: str) -> str:
   title = (f"{sweep.name}: {sweep.select} against {field} per arm (mean ± std over seeds); "
            f"circle = chosen, x = a seed {sweep.not_ok}")
   fig.suptitle("\n".join(textwrap.wrap(title, 80 * len(panels))), fontsize=9)
-  return _save(plt, fig, out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
+  return save_plot(plt, fig, out_dir, f"tuning_{slug(sweep.select)}_vs_{field}.png")
 
 
 def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int],
@@ -183,7 +183,7 @@ def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int]
   one small marker per seed, the mean with its 95% interval, the mean fitted line, dashed where
   it runs past the values run towards its zero (an extrapolation; drawn to 1000x the largest
   value at most)."""
-  plt = _pyplot()
+  plt = pyplot()
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
   scale = tokens_per_unit or 1
   for t in trends:
@@ -224,4 +224,4 @@ def trend_plot(sweep: Sweep, trends: list[Trend], tokens_per_unit: Optional[int]
   ax.set_title("\n".join(textwrap.wrap(title, 80)), fontsize=9)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
-  return _save(plt, fig, out_dir, f"trend_{slug(sweep.report)}_vs_{field}.png")
+  return save_plot(plt, fig, out_dir, f"trend_{slug(sweep.report)}_vs_{field}.png")

@@ -1,0 +1,204 @@
+"""transformer/research/variance_argument.py: Question 5's slopes and levels per layer, checked by
+hand on made-up results, against the committed E6 and E5 sweep reports, and for its imports."""
+
+import json
+import math
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from transformer.research import variance_argument as va
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+TOY_SWEEP = '''"""A toy sweep: d_k 32, 16, 8 at a fixed width, rates chosen on seed 0."""
+
+from transformer.research.sweeps import Sweep
+
+
+def get_sweep() -> Sweep:
+  return Sweep(name="toy", question="toy", base="configs/lm_tiny.py",
+               axes=({"model.num_heads": [1, 2, 4], "model.head_dim": [32, 16, 8]},),
+               seeds=(0,), confirm_seeds=(1, 2), tune={"learning_rate": [1e-2, 2e-2]},
+               fixed={"test_fraction": 0.02})
+'''
+# Var(q.k) = c_seed * d_k ** p_seed at init and trained, per seed (the known slopes).
+C = {0: 3.0, 1: 0.5, 2: 1.7}
+P_INIT = {0: 1.0, 1: 0.9, 2: 1.1}
+P_FINAL = {0: 0.6, 1: 0.8, 2: 0.7}
+D_KS = (32, 16, 8)
+
+
+def _metrics(heads: int, d_k: int, seed: int, layer_factor: dict[int, float]) -> dict:
+  """Every head's diagnostics; heads spread around the layer's value (their mean is it)."""
+  m = {}
+  for phase, p in (("init", P_INIT[seed]), ("final", P_FINAL[seed])):
+    for layer, factor in layer_factor.items():
+      var = factor * C[seed] * d_k ** p
+      for h in range(heads):
+        head = var * (1 + 0.2 * (h - (heads - 1) / 2))
+        key = f"{phase}/decoder/layer_{layer}/self_attention/head_{h}/"
+        m.update({key + "raw_var_within": head, key + "qk_var_over_dk_within": head / d_k,
+                  key + "qk_alignment": 2.0, key + "logit_var_within": head / d_k})
+  return m
+
+
+def _write_point(points: pathlib.Path, heads: int, d_k: int, rate: float, seed: int,
+                 eval_loss: float, layer_factor: dict[int, float]) -> None:
+  overrides = {"learning_rate": rate, "model.head_dim": d_k, "model.num_heads": heads}
+  name = f"num_heads={heads},head_dim={d_k},learning_rate={rate},seed={seed}"
+  metrics = {**_metrics(heads, d_k, seed, layer_factor), "eval/loss": eval_loss}
+  (points / name).mkdir(parents=True)
+  (points / name / "result.json").write_text(json.dumps(
+      {"name": name, "overrides": overrides, "seed": seed, "status": "ok", "metrics": metrics}))
+
+
+@pytest.fixture
+def toy(tmp_path):
+  """docs/sweeps/toy/points/*/result.json and configs/sweeps/toy.py under tmp_path: seed 0 at
+  both rates (1e-2 has the lower validation loss; 2e-2's Var(q.k) grows one power of d_k
+  slower, so reading the wrong rate would show), seeds 1 and 2 at 1e-2 only."""
+  points = tmp_path / "docs" / "sweeps" / "toy" / "points"
+  for heads, d_k in zip((1, 2, 4), D_KS):
+    for seed in (0, 1, 2):
+      _write_point(points, heads, d_k, 0.01, seed, 3.0, {0: 1.0, 1: 0.5})
+    _write_point(points, heads, d_k, 0.02, 0, 3.5, {0: 10.0 / d_k, 1: 10.0 / d_k})
+  (tmp_path / "configs" / "sweeps").mkdir(parents=True)
+  (tmp_path / "configs" / "sweeps" / "toy.py").write_text(TOY_SWEEP)
+  return va.report(str(tmp_path / "docs" / "sweeps"), str(tmp_path / "configs" / "sweeps"),
+                   sweeps=("toy",))
+
+
+def _by_hand(slopes: list[float]) -> tuple[str, str]:
+  """'mean ± std' and '[low, high]' of a 95% t-interval, from scipy's t directly."""
+  n, mean, std = len(slopes), float(np.mean(slopes)), float(np.std(slopes, ddof=1))
+  half = scipy_stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)
+  return f"{mean:.3f} ± {std:.3f}", f"[{mean - half:.3f}, {mean + half:.3f}]"
+
+
+def _row(markdown: str, layer: int, reading: str) -> list[str]:
+  rows = [line.split(" | ") for line in markdown.splitlines()
+          if line.startswith(f"| {layer} | ") and f" | {reading} | " in line]
+  assert len(rows) == 1, rows
+  return rows[0]
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+@pytest.mark.parametrize("reading, powers, holds", [("init", P_INIT, "yes"),
+                                                    ("trained", P_FINAL, "no")])
+def test_slopes_and_their_t_interval_are_the_hand_computed_ones(toy, layer, reading, powers,
+                                                                holds):
+  row = _row(toy, layer, reading)
+  spread, interval = _by_hand([powers[s] for s in (0, 1, 2)])
+  assert row[5:8] == [spread, interval, f"{holds} |"], row
+  for seed in (0, 1, 2):
+    assert f"{powers[seed]:.3f} (seed {seed})" in row[4]
+  # Layer 0 of a post-LN model reads the embedding sum; layer 1 a layer norm's output.
+  assert row[1] == (va.EMBEDDING_INPUT if layer == 0 else va.NORM_INPUT)
+
+
+def test_logit_levels_are_the_mean_and_std_over_seeds(toy):
+  line = next(l for l in toy.splitlines() if l.startswith("| 1 | layer norm output | all | 8 |"))
+  init = [0.5 * C[s] * 8 ** P_INIT[s] / 8 for s in (0, 1, 2)]
+  final = [0.5 * C[s] * 8 ** P_FINAL[s] / 8 for s in (0, 1, 2)]
+  cell = lambda v: f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}"
+  assert line.split(" | ")[7] == f"{cell(init)} / {cell(final)}"
+  assert "Every arm chose 0.01" in toy and "seeds 0-2" in toy
+
+
+def test_the_lead_names_the_slopes_from_the_numbers(toy):
+  lead = toy.split("\n\n")[1]
+  _, interval = _by_hand([P_FINAL[s] for s in (0, 1, 2)])
+  assert "init, 1 of 1 hold 1" in lead and "trained, 0 of 1 hold 1" in lead
+  assert f"below 1: toy layer 1 (all) 0.700 {interval}" in lead
+  assert "post-LN layer 0" in lead
+
+
+def _results_md_fits(path: pathlib.Path) -> dict[tuple[str, str], dict[frozenset, str]]:
+  """{(phase, 'raw' or 'change'): {settings: 'mean ± std'}} of results.md's layer-0 fits."""
+  fits, key = {}, None
+  for line in path.read_text().splitlines():
+    heading = re.match(r"Slope of log\(mean:(init|final)/decoder/layer_0/self_attention/"
+                       r"head_\*/raw_var_within( - .*)?\) against", line)
+    if heading:
+      key = fits.setdefault((heading.group(1), "change" if heading.group(2) else "raw"), {})
+    elif line and not line.startswith("|"):
+      key = None  # a table ends at the next text
+    elif key is not None and line.startswith("| ") and "±" in line:
+      settings, slope, _ = line.strip("| ").split(" | ")
+      key[frozenset(settings.split(","))] = slope
+  return fits
+
+
+@pytest.mark.parametrize("name", ["e6_head_dim", "e5_width"])
+def test_layer_0_slopes_agree_with_the_committed_sweep_report(name):
+  sweep = va.read_sweep_file(str(REPO / "configs" / "sweeps" / f"{name}.py"))
+  runs = va.read_runs(str(REPO / "docs" / "sweeps" / name / "points"), sweep)
+  rows = va.slope_rows(va.reported_runs(runs, sweep), sweep)
+  expected = _results_md_fits(REPO / "docs" / "sweeps" / name / "results.md")
+  readings = {"init": ("init", "raw"), "trained": ("final", "raw"),
+              "trained - init": ("final", "change")}
+  checked = 0
+  for row in rows:
+    if row.layer == ("decoder", 0) and row.slopes:
+      mean, std, _, _, n = va.t_interval(row.slopes)
+      settings = frozenset(row.setting.split(", "))
+      assert f"{mean:.3f} ± {std:.3f}" == expected[readings[row.reading]][settings], row
+      assert n == 5
+      checked += 1
+  assert checked >= (9 if name == "e6_head_dim" else 6)
+  if name == "e6_head_dim":  # the page's example: 0.968 ± 0.035 at init, Xavier
+    assert "| 0.968 ± 0.035 | [0.925, 1.012] | yes |" in va.report(
+        str(REPO / "docs" / "sweeps"), str(REPO / "configs" / "sweeps"), sweeps=(name,))
+
+
+def test_chosen_rates_are_the_sweep_reports():
+  """E6: every arm chose 1e-2 on seed 0 (docs/findings.md, Question 5)."""
+  sweep = va.read_sweep_file(str(REPO / "configs" / "sweeps" / "e6_head_dim.py"))
+  reported = va.reported_runs(
+      va.read_runs(str(REPO / "docs" / "sweeps" / "e6_head_dim" / "points"), sweep), sweep)
+  assert len(reported) == 12
+  assert {rate for rate, _ in reported.values()} == {0.01}
+  assert all([r.seed for r in runs] == [0, 1, 2, 3, 4] for _, runs in reported.values())
+
+
+@pytest.mark.parametrize("name", va.SWEEPS)
+def test_the_parsed_sweep_file_is_what_the_runner_loads(name):
+  """read_sweep_file (ast, no import) against grid.load_sweep (imports the file)."""
+  from transformer.research.sweeps import grid
+  path = str(REPO / "configs" / "sweeps" / f"{name}.py")
+  parsed, loaded = va.read_sweep_file(path), grid.load_sweep(path)
+  assert (parsed.name, parsed.base, parsed.search_seeds, parsed.confirm_seeds,
+          parsed.fresh_report, parsed.fixed, parsed.select) == (
+              loaded.name, loaded.base, tuple(loaded.seeds), tuple(loaded.confirm_seeds),
+              loaded.fresh_report, loaded.fixed, loaded.select)
+  assert parsed.tuned == next(iter(loaded.tune), None)
+  assert parsed.fields == tuple(f for axis in loaded.axes for f in axis)
+  assert parsed.moving == next((tuple(a) for a in loaded.axes if va.DK_FIELDS & set(a)), ())
+
+
+def test_the_defaults_it_assumes_are_the_runners_and_the_base_configs():
+  from transformer.research.sweeps import grid
+  from transformer.training.experiment import load_config
+  fields = grid.Sweep.__dataclass_fields__
+  assert fields["seeds"].default == va.DEFAULT_SEEDS
+  assert fields["select"].default == va.DEFAULT_SELECT
+  for base, recipe in va.BASE_RECIPES.items():
+    model = load_config(str(REPO / base)).model
+    assert model.recipe == recipe
+    # The fields read from the recipe are left to it by the base config.
+    assert model.norm_position is None and model.attention_scale is None
+    assert model.embed_norm is None
+
+
+def test_the_module_imports_no_jax():
+  code = ("import sys, transformer.research.variance_argument; "
+          "print(sorted(m for m in ('jax', 'flax', 'optax') if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       timeout=120, check=True)
+  assert out.stdout.strip() == "[]", out.stdout + out.stderr
