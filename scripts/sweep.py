@@ -5,8 +5,9 @@
 Finished points (WORKDIR/points/NAME/result.json) are skipped, so rerunning the same command
 resumes an interrupted sweep. --print_launch prints one command per unfinished point for a
 cluster instead; --aggregate_only rebuilds results.md / results.csv / plots from the stored
-results; --dry_run prints the plan (points in order, each with its expected time);
---time_budget=SECONDS ends the run between points; --compilation_cache=DIR keeps compiled
+results; --dry_run prints the plan (points in order, each with its expected time; with
+--lease_seconds=S, how many calls of --time_budget=S it needs); --time_budget=SECONDS ends the
+run between points; --compilation_cache=DIR keeps compiled
 programs across points and runs. Every point is an ordinary training run: scripts/analyze.py
 works on its directory. The work is `transformer.research.sweeps.run_command`.
 """
@@ -37,6 +38,9 @@ _DRY_RUN = flags.DEFINE_bool(
 _PACE_FROM = flags.DEFINE_list(
     "pace_from", None, "With --dry_run: sweep workdirs whose finished points give the pace "
     "(their seconds a step as they ran, by model size) instead of a benchmark here.")
+_LEASE_SECONDS = flags.DEFINE_float(
+    "lease_seconds", None, "With --dry_run: the usable seconds of one leased machine (the "
+    "--time_budget its calls get); the plan says how many such leases its points need.")
 _COMPILATION_CACHE = flags.DEFINE_string(
     "compilation_cache", None, "JAX's persistent compilation cache in this directory: the "
     "points of an arm (and a rerun) read their programs from it instead of compiling them "
@@ -52,7 +56,7 @@ def main(argv):
                            print_launch=_PRINT_LAUNCH.value,
                            rerun_changed=_RERUN_CHANGED.value, time_budget=_TIME_BUDGET.value,
                            dry_run=_DRY_RUN.value, compilation_cache=_COMPILATION_CACHE.value,
-                           pace_from=_PACE_FROM.value))
+                           pace_from=_PACE_FROM.value, lease_seconds=_LEASE_SECONDS.value))
 
 
 if __name__ == "__main__":

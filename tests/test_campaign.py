@@ -1,8 +1,10 @@
 """The paper-size campaign (configs/sweeps/p1_paper_size.py and p1_sizes.py) run end to end at
-tiny size on this CPU: its dry run's plan, a stop by the time budget between points, a restart
-that runs the rest and reuses what was done, choosing before reporting, one compilation per
-arm; its arms and sizes in one setup, its failure rule on the runs that ran, its edges
-extended; and what travels to a GPU host."""
+tiny size on this CPU: its dry run's plan and leases, a stop by the time budget between points,
+a restart that runs the rest and reuses what was done, a first arm choosing then reporting
+before the other arm, one compilation per arm, the intention-to-treat figure beside the one
+over the runs that did not fail; its arms and sizes in one setup and one depth, its failure
+rule on the runs that ran, its Holm family, its edges extended; and what travels to a GPU
+host."""
 
 import dataclasses
 import json
@@ -11,6 +13,8 @@ import os
 import shutil
 import subprocess
 
+import math
+
 import jax
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
@@ -18,6 +22,7 @@ from jax.experimental.compilation_cache import compilation_cache
 from test_grid import REPO
 from transformer.research import sweeps
 from transformer.research.sweeps import report, runner, tuning
+from transformer.research.sweeps.stats import cell, mean_std
 
 CAMPAIGN = os.path.join(REPO, "configs/sweeps/p1_paper_size.py")
 SIZES = os.path.join(REPO, "configs/sweeps/p1_sizes.py")
@@ -27,7 +32,9 @@ RESULTS = os.path.join(REPO, "docs/sweeps/p1_paper_size")
 TRAVEL_LIMIT = 50 * 2**20
 
 
-ARMS = ("no_scale", "mup")  # two of the campaign's four: the plain one and the one of its own rate
+# Two of the campaign's four: the plain one (one of P1's first arms) and the one whose
+# embedding has its own rate (not a first arm).
+ARMS = ("no_scale", "embed_lr_fixed")
 
 
 def _tiny_campaign(tmp_path):
@@ -48,12 +55,37 @@ def _tiny_campaign(tmp_path):
   keep = [sweep.arm_names.index(name) for name in ARMS]
   axes = ({field: [values[i] for i in keep] for field, values in sweep.axes[0].items()},)
   return dataclasses.replace(
-      sweep, axes=axes, arm_names=ARMS, pairs=(ARMS[::-1],),
-      base=os.path.join(REPO, sweep.base), fixed={**sweep.fixed, **tiny},
+      sweep, axes=axes, arm_names=ARMS, pairs=(ARMS[::-1],), holm_family=(),
+      first_arms=ARMS[:1], base=os.path.join(REPO, sweep.base), fixed={**sweep.fixed, **tiny},
       tune={"learning_rate": sweep.tune["learning_rate"][:2]}, seeds=(0,), confirm_seeds=(3, 4),
       extend_edges=0,
-      # 3 steps hold no step 500 to stall from; the rule is tested on P1's own runs below.
-      failure=None)
+      # 3 steps hold no step 500 to stall from (P1's rule is tested on its own runs below):
+      # a rule that judges no stall over so few steps, and a 1-layer model no dead layer, so
+      # every run here passes it; the default ITT value, ln of the byte vocabulary's 259.
+      failure=sweeps.FailureRule(min_span=100), itt_missing=None)
+
+
+def _fail_two_reporting_runs(workdir, bests):
+  """As a GPU run may: no_scale's seed 3 diverged (no test NLL recorded), embed_lr_fixed's
+  seed 3 finished with a dead layer (its test NLL recorded; the rule, read again as results
+  are read, fails it: a second layer with 1e6 times layer 0's final gradient norm)."""
+  by_name = {b.name: b for b in bests}
+  for arm, how in (("no_scale", "diverged"), ("embed_lr_fixed", "dead")):
+    b = by_name[arm]
+    name = sweeps.Point(b.overrides + (("learning_rate", b.best),), 3).name
+    path = os.path.join(workdir, "points", name, "result.json")
+    with open(path) as f:
+      result = json.load(f)
+    if how == "diverged":
+      result.update(status="diverged", message="non-finite loss at step 2",
+                    metrics={k: v for k, v in result["metrics"].items()
+                             if k.startswith("init/")})
+      result.pop("test_rows")
+    else:
+      norm = result["metrics"]["final/grad_norm/decoder/layer_0"]
+      result["metrics"]["final/grad_norm/decoder/layer_1"] = norm * 1e6
+    with open(path, "w") as f:
+      json.dump(result, f)
 
 
 def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm(
@@ -66,13 +98,21 @@ def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm
   before = {o: getattr(jax.config, o) for o in options}
   runner.enable_compilation_cache(str(tmp_path / "jax_cache"))
   try:
-    plan = sweeps.run_command(CAMPAIGN, workdir, dry_run=True)
+    plan = sweeps.run_command(CAMPAIGN, workdir, dry_run=True, lease_seconds=1e6)
     lines = plan.splitlines()
     assert lines[0].startswith("Sweep p1_paper_size: 0 point(s) finished, 4 to run now (~")
     assert " ms a step on 8 x cpu" in lines[0]
-    assert "then 4 reporting point(s) once their arms have chosen a rate" in lines[0]
-    assert len(lines) == 5 and all("(chooses, d_model 32 x 1, 3 steps, ~" in line
-                                   for line in lines[1:])
+    assert "and 4 reporting point(s) that open once their arms have chosen a rate" in lines[0]
+    # In run order: the first arm's choosing points, its reporting points, then the other's.
+    assert len(lines) == 10
+    for line, (arm, role) in zip(lines[1:9], [(ARMS[0], "c")] * 2 + [(ARMS[0], "r")] * 2
+                                 + [(ARMS[1], "c")] * 2 + [(ARMS[1], "r")] * 2):
+      assert ("embed_learning_rate=0.01" in line) == (arm == ARMS[1])
+      assert ("(chooses, d_model 32 x 1, 3 steps, ~" in line if role == "c" else
+              "CHOSEN,seed=" in line and f"(reports, once {arm} has chosen its rate" in line)
+    assert lines[-1].startswith("In all: 8 point(s), ~") and lines[-1].endswith(
+        ", 1 lease(s) of 1000000 s (the first arms, no_scale: 4 point(s) in the first 1 "
+        "lease(s)) before any edge.")
 
     # A budget shorter than any point: the call runs one point and stops between points.
     first = sweeps.run_sweep(sweep, workdir, time_budget=1e-3)
@@ -87,8 +127,11 @@ def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm
       jax.config.update(option, value)
     compilation_cache.reset_cache()
   order = first + rest
-  seeds = [p.seed for p in order]
-  assert seeds[:4] == [0] * 4 and sorted(seeds[4:]) == [3] * 2 + [4] * 2  # every arm chooses before any reports
+  # The first arm (no_scale) chooses, then reports as soon as its own choice is complete,
+  # before the other arm's first point; the other arm then chooses, then reports.
+  assert [(sweep.arm_name(runner.arm_of_point(sweep, p)), p.seed) for p in order] == [
+      (ARMS[0], 0), (ARMS[0], 0), (ARMS[0], 3), (ARMS[0], 4),
+      (ARMS[1], 0), (ARMS[1], 0), (ARMS[1], 3), (ARMS[1], 4)]
 
   results = {r["name"]: r for r in sweeps.load_results(workdir)}
   compiled_by_arm = {}
@@ -109,11 +152,43 @@ def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm
   table = (tmp_path / "w" / "results.md").read_text()
   for arm in ARMS:
     assert f"| {arm} |" in table
-  # muP's arm trains its embedding at its own rate; the others leave the field at its default.
-  mup = [r for r in results.values() if "embed_learning_rate" in r["overrides"]]
-  assert len(mup) == 4 and all(r["config"]["embed_learning_rate"] == 1e-2 for r in mup)
+  # embed_lr_fixed trains its embedding at its own rate; the other leaves it at its default.
+  fixed_rate = [r for r in results.values() if "embed_learning_rate" in r["overrides"]]
+  assert len(fixed_rate) == 4 and all(r["config"]["embed_learning_rate"] == 1e-2
+                                      for r in fixed_rate)
   assert all(r["config"]["embed_learning_rate"] == 0.0 for r in results.values()
-             if r not in mup)
+             if r not in fixed_rate)
+  _check_intention_to_treat(sweep, workdir, summary["bests"])
+
+
+def _check_intention_to_treat(sweep, workdir, bests):
+  """Two reporting runs of seed 3 failed: the ITT figure counts them (no_scale's at ln 259, the
+  byte vocabulary's uniform NLL; embed_lr_fixed's at its recorded test NLL), the figure beside
+  it and its paired difference do not."""
+  clean = {b.name: b.report_by_seed for b in bests}
+  assert all(set(by_seed) == {3, 4} for by_seed in clean.values())
+  _fail_two_reporting_runs(workdir, bests)
+  summary = sweeps.aggregate(sweep, workdir, command="CMD")
+  text = open(os.path.join(workdir, "results.md")).read()
+  ns, fixed = summary["bests"]
+  uniform = math.log(259)
+  assert (ns.failed_seeds, fixed.failed_seeds) == ((3,), (3,))
+  assert ns.report_by_seed == {4: clean["no_scale"][4]}  # left out of the other figure
+  assert ns.itt_by_seed == {3: uniform, 4: clean["no_scale"][4]} and ns.itt_missing_seeds == (3,)
+  assert fixed.report_by_seed == {4: clean["embed_lr_fixed"][4]}
+  assert fixed.itt_by_seed == clean["embed_lr_fixed"] and fixed.itt_missing_seeds == ()
+  [without], [itt] = summary["paired"], summary["itt_paired"]
+  assert without.seeds == 1 and itt.seeds == 2
+  fixed_rate, plain = clean["embed_lr_fixed"], clean["no_scale"]
+  assert itt.mean == pytest.approx((fixed_rate[3] - uniform + fixed_rate[4] - plain[4]) / 2)
+  assert "Intention to treat (ITT), the headline figure" in text
+  assert f"else at {uniform:.4f}, ln of the model's vocabulary size" in text
+  assert (f"| no_scale | {report._best_cell(ns)} | {cell(*mean_std([uniform, plain[4]]))} | 2 "
+          f"| seed 3: {uniform:.3f} (no finite figure) |") in text
+  assert f"| 2 | seed 3: {fixed_rate[3]:.3f} (recorded) |" in text
+  assert text.index("Paired differences of test/loss (ITT)") < text.index(
+      "Over the runs that did not fail") < text.index("| arm | learning_rate searched |")
+  assert "- embed_scale=none,posemb_scale=1,embed_learning_rate=0.01,learning_rate=" in text
 
 
 def test_what_a_gpu_host_is_sent_fits_in_50_mib(tmp_path):
@@ -157,38 +232,66 @@ def test_the_sizes_are_the_campaigns_setup_at_d_model_128_and_256():
                                            if k != "learning_rate")), set()).add(
         point.overrides[-1][1])
     size = {k: config.model[k] for k in ("d_model", "num_heads", "d_ff", "num_decoder_layers")}
-    assert size in ({"d_model": 128, "num_heads": 2, "d_ff": 512, "num_decoder_layers": 2},
-                    {"d_model": 256, "num_heads": 4, "d_ff": 1024, "num_decoder_layers": 4})
+    # One depth, P1's 6 layers: the sizes differ in the width (and its heads and d_ff) alone.
+    assert size in ({"d_model": 128, "num_heads": 2, "d_ff": 512, "num_decoder_layers": 6},
+                    {"d_model": 256, "num_heads": 4, "d_ff": 1024, "num_decoder_layers": 6})
     same = lambda c: {k: v for k, v in c.to_dict().items()  # noqa: E731
                       if k not in ("model", "seed", "learning_rate")}
     assert same(config) == same(paper)
     arm = ("embed_scale", "posemb_scale")  # the arms' (posemb_scale: the recipe's 1 or 1.0)
-    assert {k: v for k, v in config.model.to_dict().items() if k not in size and
+    moved = ("d_model", "num_heads", "d_ff")
+    assert {k: v for k, v in config.model.to_dict().items() if k not in moved and
             k not in arm} == {k: v for k, v in paper.model.to_dict().items()
-                              if k not in size and k not in arm}
+                              if k not in moved and k not in arm}
   assert by_arm == {"paper@128": {0.0035355, 0.005, 0.0070711},
                     "no_scale@128": {0.0035355, 0.005, 0.0070711},
                     "paper@256": {0.0017678, 0.0025, 0.0035355},
                     "no_scale@256": {0.0017678, 0.0025, 0.0035355}}
   assert small.failure == big.failure and small.extend_edges == big.extend_edges == 3
-  assert big.arm_names == ("paper", "no_scale", "pe_down", "mup")
+  assert small.itt_missing == big.itt_missing == pytest.approx(math.log(16384))
+  assert big.arm_names == ("paper", "no_scale", "pe_down", "embed_lr_fixed")
+  # The declared Holm families: each arm minus the paper, pe_down's left out; no scale minus
+  # the paper at each width. P1 runs the paper and no scale first.
+  assert big.holm_family == (("no_scale", "paper"), ("embed_lr_fixed", "paper"))
+  assert small.holm_family == (("no_scale@128", "paper@128"), ("no_scale@256", "paper@256"))
+  assert big.first_arms == ("paper", "no_scale") and small.first_arms == ()
 
 
 def test_the_dry_run_times_each_point_at_the_pace_of_the_finished_points(tmp_path):
   """--pace_from: P1's remaining points at the seconds a step its 8 finished points took (on
-  the H200, as they ran); P1-sizes' smaller models at most that (no point of theirs ran)."""
+  the H200, as they ran); P1-sizes' smaller models at most that (no point of theirs ran). The
+  8 finished points are none of the points to run; the paper's and no scale's come first, and
+  --lease_seconds=480 counts the calls of --time_budget=480 the rest needs."""
   pace = runner.points_pace([RESULTS])
   results = sweeps.load_results(RESULTS)
   per_step = sorted(r["seconds"] / r["step"] for r in results)
   median = (per_step[3] + per_step[4]) / 2
   assert f"{median * 1e3:.1f} ms a step at d_model 512 x 6 (8 points)" in pace.describe
-  big = runner.plan(sweeps.load_sweep(CAMPAIGN), RESULTS, pace).splitlines()
+  big = runner.plan(sweeps.load_sweep(CAMPAIGN), RESULTS, pace, lease_seconds=480).splitlines()
   assert big[0].startswith("Sweep p1_paper_size: 8 point(s) finished, 19 to run now")
-  assert all(line.endswith(f"(chooses, d_model 512 x 6, 2500 steps, ~{2500 * median:.0f} s)")
-             for line in big[1:17])
+  assert "and 9 reporting point(s) that open once their arms have chosen a rate" in big[0]
+  assert not {r["name"] for r in results} & {line.split()[1] for line in big[1:-1]}
+  point = f"d_model 512 x 6, 2500 steps, ~{2500 * median:.0f} s)"
+  paper = "embed_scale=sqrt_d,posemb_scale=1,learning_rate=0.00125,seed="
+  assert [line.split()[1] for line in big[1:4]] == [paper + s for s in "345"]
+  assert all(line.endswith("(reports, " + point) for line in big[1:4])
+  assert all(line.split()[1].startswith("embed_scale=none,posemb_scale=1,learning_rate=")
+             and line.endswith("(chooses, " + point) for line in big[4:8])
+  assert all("embed_scale=none,posemb_scale=1,learning_rate=CHOSEN" in line
+             and "(reports, once no_scale has chosen its rate" in line for line in big[8:11])
+  assert all(line.endswith("(chooses, " + point) for line in big[11:23])
+  assert all("CHOSEN" in line for line in big[23:29]) and len(big) == 30
+  # 81 s a point: a call of 480 s runs 5 (the 6th would end past it by the longest so far).
+  assert runner.leases([2500 * median] * 28, 480) == 6
+  assert runner.leases([2500 * median] * 10, 480) == 2
+  assert runner.leases([100, 100, 300, 50], 480) == 2 and runner.leases([], 480) == 0
+  assert big[-1] == ("In all: 28 point(s), ~0.6 h, 6 lease(s) of 480 s (the first arms, paper "
+                     "and no_scale: 10 point(s) in the first 2 lease(s)) before any edge; each "
+                     f"rate an edge adds ~{2 * 2500 * median / 60:.0f} min.")
   small = runner.plan(sweeps.load_sweep(SIZES), str(tmp_path), pace).splitlines()
-  assert len(small) == 25 and all(f"2500 steps, ~{2500 * median:.0f} s, at most)" in line
-                                  for line in small[1:])
+  assert len(small) == 1 + 24 + 12 + 1 and all(
+      f"~{2500 * median:.0f} s, at most)" in line for line in small[1:-1])
+  assert all(" x 6, 2500 steps" in line for line in small[1:25])
 
 
 def test_the_failure_rule_marks_the_stalled_run_failed_and_the_tables_count_it(tmp_path):
@@ -216,6 +319,39 @@ def test_the_failure_rule_marks_the_stalled_run_failed_and_the_tables_count_it(t
   assert "| sqrt_d | 1 | - | 0.0017678 | 2 | 1 |" in table
   assert "- embed_scale=sqrt_d,posemb_scale=1,learning_rate=0.0017678,seed=1: stalled" in table
   assert summary["points"] == 8
+  # Without the rule the choice is the same: the failed seed's 6.543 makes 1.7678e-3's mean
+  # 4.49, above 1.25e-3's 2.478.
+  [paper] = [b for b in tuning.best_per_arm(dataclasses.replace(sweep, failure=None),
+                                            sweeps.load_results(RESULTS)) if b.name == "paper"]
+  assert paper.best == 0.00125 and paper.curve[-1][1] == pytest.approx(4.488, abs=1e-3)
+  # The ITT figure heads the tables, at the declared ln 16384 where a run has no test NLL.
+  assert "else at 9.7041, declared in the sweep (itt_missing)" in table
+
+
+def test_the_holm_family_is_the_declared_two_and_pe_down_is_exploratory():
+  """P1's report corrects no scale minus the paper and embed_lr_fixed minus the paper as one
+  family of two; pe_down's comparisons and those against no scale are exploratory. A declared
+  comparison not yet in the table still counts in the family's size."""
+  sweep = sweeps.load_sweep(CAMPAIGN)
+
+  def with_p(arm, baseline, p):  # a paired difference whose p-value is p (5 seeds)
+    from scipy import stats as scipy_stats
+    half = scipy_stats.t.ppf(0.975, 4) / scipy_stats.t.isf(p / 2, 4)
+    return tuning.Paired(arm, baseline, 1.0, 1.0 - half, 1.0 + half, 5)
+
+  rows = [with_p("no_scale", "paper", 0.02), with_p("pe_down", "paper", 0.03),
+          with_p("embed_lr_fixed", "paper", 0.04), with_p("pe_down", "no_scale", 0.2),
+          with_p("embed_lr_fixed", "no_scale", 0.001)]
+  assert tuning.family_holm(sweep, rows) == [True, None, True, None, None]
+  # Alone in the table, no_scale's 0.04 is tested at 0.05 / 2: the family has two members.
+  assert tuning.family_holm(sweep, [with_p("no_scale", "paper", 0.04)]) == [False]
+  assert tuning.family_holm(dataclasses.replace(sweep, holm_family=()), rows) == [
+      False, False, False, False, True]  # every row one family: 0.02 > 0.05 / 4
+  lines = report._paired_lines(sweep, rows, "each at its own best value")
+  assert "the 2 comparisons the sweep declares its family (no_scale minus paper; " \
+         "embed_lr_fixed minus paper)" in lines[1]
+  assert [line.split(" | ")[6] for line in lines[5:]] == [
+      "kept", "exploratory", "kept", "exploratory", "exploratory"]
 
 
 def test_an_edge_extends_until_the_best_rate_is_interior_at_most_three_times():

@@ -61,6 +61,15 @@ def test_model_scale_fields_take_numbers():
     (dict(axes=({"learning_rate": [1e-3]}, {"learning_rate": [2e-3]})),
      r"^'learning_rate' is on axis 1 and on axis 0: a point can set it once"),
     (dict(axes=({"learning_rate": []},)), r"^Axis 0 of the sweep has no values"),
+    # first_arms, holm_family and itt_missing name the sweep's arms and comparisons.
+    (dict(arm_names=("paper", "none"), first_arms=("paper", "paper")), "first_arms=.*distinct"),
+    (dict(arm_names=("paper", "none"), first_arms=("mup",)), "first_arms=.*arms are"),
+    (dict(arm_names=("paper", "none"), holm_family=(("none", "paper"),)),
+     r"holm_family .* \('none', 'paper'\) is not one"),  # untuned, no baseline: no comparison
+    (dict(arm_names=("paper", "none"), baseline="embed_scale=sqrt_d",
+          holm_family=(("none", "paper"), ("none", "paper"))), "names a comparison twice"),
+    (dict(itt_missing=float("nan")), "itt_missing=nan must be a finite number"),
+    (dict(failure=sweeps.FailureRule(), report="test/bleu"), r"declare .*\(itt_missing\)"),
 ])
 def test_malformed_sweeps_are_one_line_errors(kw, message):
   with pytest.raises(ValueError, match=message):

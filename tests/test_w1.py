@@ -1,4 +1,4 @@
-"""W1 (configs/sweeps/w1_width_fixed_depth.py): its rows change the width alone, and its
+"""W1 (configs/sweeps/w1_d64.py): its rows change the width alone, and its
 d_model 256 row is M9's committed points, config for config."""
 
 import dataclasses
@@ -9,7 +9,7 @@ from transformer.training import workdir_checks
 from transformer.training.experiment import load_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-W1 = load_module(os.path.join(REPO, "configs", "sweeps", "w1_width_fixed_depth.py"))
+W1 = load_module(os.path.join(REPO, "configs", "sweeps", "w1_d64.py"))
 
 
 def test_m9s_points_are_the_d_model_256_row():

@@ -1,5 +1,5 @@
 """W1 at d_model 128, 4 layers: the declaration, its reading and its budget are in
-configs/sweeps/w1_width_fixed_depth.py.
+configs/sweeps/w1_d64.py.
   python scripts/sweep.py --config=configs/sweeps/w1_d128.py --workdir=docs/sweeps/w1_d128
 """
 
@@ -8,8 +8,7 @@ import os
 from transformer.research.sweeps import Sweep
 from transformer.training.experiment import load_module
 
-W1 = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                              "w1_width_fixed_depth.py"))
+W1 = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "w1_d64.py"))
 
 
 def get_sweep() -> Sweep:

@@ -4,7 +4,8 @@
   runner.py  running points (resumable, a lock per running point), launch lines for a cluster
   stats.py   stored results, means over seeds, log-log fits, correlations over seeds
   tuning.py  a tuned field (the learning rate) searched per arm; paired differences by seed
-             (with the test set's own error where stored) and a Holm correction
+             (with the test set's own error where stored), a Holm correction (over a declared
+             family where given) and, with a failure rule, the intention-to-treat figure
   report.py  results.md, results.csv and the plots (plots.py), from stored results alone
   contrasts.py  signed sums of arms across a sweep or two, by seed (docs/contrasts.md)
 """

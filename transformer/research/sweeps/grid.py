@@ -57,9 +57,28 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
                     arm's chosen rate)
   failure           optional FailureRule (training/failure_rule.py), fixed before the runs: a
                     finished run it judges stalled or with a dead layer counts as failed, like
-                    a diverged one (never chosen, left out of every mean, counted per arm and
-                    value in the tables); read again whenever the results are read. Without
-                    one, each run is judged once, as it finishes, by the default FailureRule()
+                    a diverged one (never chosen, left out of every mean but the
+                    intention-to-treat figures, counted per arm and value in the tables);
+                    read again whenever the results are read. Without
+                    one, each run is judged once, as it finishes, by the default FailureRule().
+                    With one, the report adds the intention-to-treat figure (tuning.py: every
+                    reporting run counted, a failed one too) beside the figure over the runs
+                    that did not fail, for each arm and each paired difference
+  itt_missing       with `failure`: what a reporting run counts as in the intention-to-treat
+                    figure when it has no finite `report` (it diverged before its test split
+                    was scored; a failed run with a finite one counts at it). Default None:
+                    ln of the model's output vocabulary, the uniform model's NLL, where
+                    `report` is an NLL (test/loss, test/nll); another metric needs a value
+  holm_family       optional (arm, baseline) comparisons by arm name that alone make up the
+                    Holm family of each table of paired differences (its size is theirs, a
+                    comparison not yet in the table counting as not significant); the
+                    table's other comparisons are exploratory, uncorrected, and say so in
+                    its Holm column. Default (): every comparison of the table is one family
+  first_arms        optional arm names run first, in this order, before any point of the
+                    other arms: each one's remaining choosing points, then its confirm_seeds
+                    as soon as its own choice is complete. Default (): every arm's choosing
+                    points before any arm's confirm_seeds, in grid order (runner.run_order;
+                    the dry run lists the points in that order)
 Layout: WORKDIR/points/NAME/ holds a point's run and its result.json, written last.
 """
 
@@ -81,6 +100,10 @@ from transformer.training.failure_rule import FailureRule
 
 POINTS_DIR = "points"
 RESULT_FILE = "result.json"
+# The reported metrics that are a test split's NLL (with no label smoothing or z-loss, as in
+# every language-model sweep here, the loss is the NLL): a test example's NLL sums add up to
+# them, and a run without one is counted at the uniform model's NLL by default (itt_missing).
+NLL_REPORTS = ("test/loss", "test/nll")
 
 
 class _Unset:
@@ -127,6 +150,9 @@ class Sweep:
   pairs: tuple[tuple[str, str], ...] = ()
   trend: Optional[str] = None
   failure: Optional[FailureRule] = None
+  itt_missing: Optional[float] = None
+  holm_family: tuple[tuple[str, str], ...] = ()
+  first_arms: tuple[str, ...] = ()
 
   @property
   def not_ok(self) -> str:
@@ -207,6 +233,7 @@ def check_sweep(sweep: Sweep) -> None:
   _check_tuning(sweep)
   _check_reporting(sweep)
   _check_arms(sweep)
+  _check_declared(sweep)
   _check_values(sweep)
 
 
@@ -313,6 +340,35 @@ def _check_arms(sweep: Sweep) -> None:
         raise ConfigError(f"arm_values names {name!r}, which is not an arm; arms are {names}.")
       if not values or not all(isinstance(v, (int, float)) and v > 0 for v in values):
         raise ConfigError(f"arm_values[{name!r}]={values!r} needs positive numbers.")
+
+
+def _check_declared(sweep: Sweep) -> None:
+  """first_arms, holm_family and itt_missing: arms of the sweep, comparisons it makes, a
+  value where the reported metric is not an NLL."""
+  names = [sweep.arm_name(a) for a in arms(sweep)]
+  if len(set(sweep.first_arms)) != len(sweep.first_arms) or not set(sweep.first_arms) <= set(
+      names):
+    raise ConfigError(f"first_arms={list(sweep.first_arms)} must be distinct arms of the sweep; "
+                      f"arms are {names}.")
+  base = next((sweep.arm_name(a) for a in arms(sweep) if arm_label(a) == sweep.baseline),
+              names[0])
+  for pair in sweep.holm_family:
+    made = len(pair) == 2 and set(pair) <= set(names) and pair[0] != pair[1] and (
+        sweep.contrast is not None or tuple(pair) in sweep.pairs
+        or (bool(sweep.tune or sweep.baseline) and pair[1] == base))
+    if not made:
+      raise ConfigError(f"holm_family holds (arm, baseline) comparisons the sweep makes (against "
+                        f"its baseline, within its contrast, or in pairs); {pair!r} is not one.")
+  if len(set(map(tuple, sweep.holm_family))) != len(sweep.holm_family):
+    raise ConfigError(f"holm_family={list(sweep.holm_family)} names a comparison twice.")
+  missing = sweep.itt_missing
+  if missing is not None and not (isinstance(missing, (int, float)) and math.isfinite(missing)):
+    raise ConfigError(f"itt_missing={missing!r} must be a finite number (the value a run "
+                      "without a finite reported metric counts at).")
+  if sweep.failure and missing is None and sweep.report not in NLL_REPORTS:
+    raise ConfigError(f"A failure rule adds the intention-to-treat figure of {sweep.report}, "
+                      "which is not an NLL: declare what a run without a finite one counts at "
+                      "(itt_missing).")
 
 
 def _check_values(sweep: Sweep) -> None:

@@ -41,8 +41,9 @@ def aggregate(sweep: Sweep, workdir: str,
               ""]
   if sweep.failure:
     lines += [f"The failure rule, fixed before the runs: {sweep.failure.describe()}. A failed "
-              "run is never chosen, is left out of every mean and is counted in the 'failed' "
-              "column of its arm and value.", ""]
+              "run is never chosen, is left out of every mean"
+              + (" but the intention-to-treat figures" if _itt_value(sweep) is not None else "")
+              + " and is counted in the 'failed' column of its arm and value.", ""]
   lines += _grid_table(rows, fields, list(sweep.metrics), failed)
   lines += _failed_lines(results)
   bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
@@ -59,8 +60,10 @@ def aggregate(sweep: Sweep, workdir: str,
   storage.write_atomically(storage.join(workdir, "results.md"), "\n".join(lines) + "\n")
   storage.write_atomically(storage.join(workdir, "results.csv"),
                            _csv(rows, fields, list(sweep.metrics), failed))
+  itt = tuning.itt_differences(sweep, bests) if sweep.failure and bests else []
   return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
-          "expected": len(points), "bests": bests, "paired": paired, "trends": trends}
+          "expected": len(points), "bests": bests, "paired": paired, "trends": trends,
+          "itt_paired": itt}
 
 
 def grid_results(sweep: Sweep, workdir: str) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -148,10 +151,13 @@ def _comparisons(sweep: Sweep, results: list[dict[str, Any]], bests: list[tuning
       lines += _also_lines(other, tuning.best_per_arm(other, results),
                            "each at its own best value")
   elif sweep.baseline or sweep.contrast or sweep.pairs:  # fixed settings, paired by seed
-    paired = tuning.paired_differences(sweep, tuning.fixed_arms(sweep, results))
+    fixed = tuning.fixed_arms(sweep, results)
+    paired = tuning.paired_differences(sweep, fixed)
     if sweep.arm_names:
       lines += ["", "Arms: " + "; ".join(f"**{n}** = {arm_label(a)}"
                                          for n, a in zip(sweep.arm_names, arms(sweep))) + "."]
+    itt = _itt_lines(sweep, fixed, "each arm at its fixed settings")
+    lines += [""] + itt[:-1] if itt else []
     lines += _paired_lines(sweep, paired, "each arm at its fixed settings")
     for metric in sweep.also_report:
       other = dataclasses.replace(sweep, report=metric)
@@ -221,17 +227,59 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
               + (f"are the only seeds {sweep.report} and the differences use (seeds that did "
                  "not choose the value)." if sweep.fresh_report else
                  f"join {sweep.report} and the differences.") if sweep.confirm_seeds else ""),
-           "", f"| arm | {field} searched | best {field} | {sweep.select} | {sweep.report} | seeds |",
-           "|---|---|---|---|---|---|"]
+           ""]
+  lines += _itt_lines(sweep, bests, "each at its own best value")
+  lines += [f"| arm | {field} searched | best {field} | {sweep.select} | {sweep.report} | seeds |",
+            "|---|---|---|---|---|---|"]
   for b in bests:
     searched = ", ".join(format_value(v) for v in b.searched)
-    flag = " (edge)" if b.on_edge else " (fixed)" if len(b.searched) == 1 else ""
-    flag += "" if b.complete else " (searching)"
-    best = "-" if b.best is None else format_value(b.best) + flag
     failed = f" ({_seed_list(b.failed_seeds)} failed)" if b.failed_seeds else ""
-    lines.append(f"| {b.name} | {searched} | {best} | {cell(*b.select)} | {cell(*b.report)} | "
-                 f"{b.report[2]}{failed} |")
+    lines.append(f"| {b.name} | {searched} | {_best_cell(b)} | {cell(*b.select)} | "
+                 f"{cell(*b.report)} | {b.report[2]}{failed} |")
   return lines + _paired_lines(sweep, paired, "each at its own best value")
+
+
+def _best_cell(b: tuning.ArmBest) -> str:
+  """An arm's chosen value with its flags: edge, fixed, searching ('-': none yet)."""
+  flag = " (edge)" if b.on_edge else " (fixed)" if len(b.searched) == 1 else ""
+  flag += "" if b.complete else " (searching)"
+  return "-" if b.best is None else format_value(b.best) + flag
+
+
+def _itt_value(sweep: Sweep) -> Optional[float]:
+  """What a run without a finite sweep.report counts as in the intention-to-treat figures, or
+  None where the report has none: no failure rule, no arms compared (an untuned sweep without
+  a baseline, contrast or pairs), or no such value (tuning.itt_missing)."""
+  if not sweep.failure or not (sweep.tune or sweep.baseline or sweep.contrast or sweep.pairs):
+    return None
+  return tuning.itt_missing(sweep)
+
+
+def _itt_lines(sweep: Sweep, bests: list[tuning.ArmBest], how: str) -> list[str]:
+  """A sweep with a failure rule: each arm's intention-to-treat figure and its paired
+  differences, the headline, then the line that heads the figure over the runs that did not
+  fail; none without a failure rule."""
+  missing = _itt_value(sweep)
+  if missing is None:
+    return []
+  whence = ("declared in the sweep (itt_missing)" if sweep.itt_missing is not None else
+            "ln of the model's vocabulary size, the uniform model's NLL (itt_missing's default)")
+  best = f"best {short_name(sweep.tuned_field)} | " if sweep.tune else ""
+  lines = [f"Intention to treat (ITT), the headline figure: every reporting run counts, a "
+           f"failed one too, at its recorded {sweep.report} where that is finite, else at "
+           f"{missing:.4f}, {whence}. The figure after it, over the runs that did not fail, "
+           "leaves a failed run out, so it reports an arm over its better runs.", "",
+           f"| arm | {best}{sweep.report}, ITT | runs | failed: counted at |",
+           "|---|" + "---|" * (4 if sweep.tune else 3)]
+  for b in bests:
+    counted = "; ".join(f"seed {s}: {b.itt_by_seed[s]:.3f} ("
+                        + ("no finite figure" if s in b.itt_missing_seeds else "recorded") + ")"
+                        for s in b.failed_seeds if s in b.itt_by_seed) or "-"
+    chosen = _best_cell(b) + " | " if sweep.tune else ""
+    lines.append(f"| {b.name} | {chosen}{cell(*b.itt)} | {b.itt[2]} | {counted} |")
+  lines += _paired_lines(dataclasses.replace(sweep, report=f"{sweep.report} (ITT)"),
+                         tuning.itt_differences(sweep, bests), how)
+  return lines + ["", "Over the runs that did not fail (a failed run left out):", ""]
 
 
 def _sensitivity_lines(sweep: Sweep, by_arm: dict[str, dict[int, float]],
@@ -359,18 +407,25 @@ def _paired_lines(sweep: Sweep, paired: list[tuning.Paired], how: str) -> list[s
     lines[-1] += (" Where the runs stored each test example's NLL, the verdict's interval also "
                   "holds the test set's sampling error (the s.e. of a paired bootstrap over test "
                   "examples, to first order, added in quadrature to the seeds').")
-  lines[-1] += (f" Holm: still significant when the table's {len(paired)} comparisons are "
-                "one family at 5% (Holm 1979).")
+  if sweep.holm_family:
+    lines[-1] += (f" Holm: still significant when the {len(sweep.holm_family)} comparisons the "
+                  "sweep declares its family ("
+                  + "; ".join(f"{a} minus {b}" for a, b in sweep.holm_family)
+                  + ") are one family at 5% (Holm 1979); the others are exploratory, not "
+                  "corrected ('exploratory' in the Holm column).")
+  else:
+    lines[-1] += (f" Holm: still significant when the table's {len(paired)} comparisons are "
+                  "one family at 5% (Holm 1979).")
   head = ["arm", "baseline", "difference", "95% interval"]
   head += ["test-set s.e.", "95% interval with test set"] if with_test else []
   head += ["seeds", "p", "Holm", "verdict"]
   lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for p, kept in zip(paired, tuning.holm(paired)):
+  for p, kept in zip(paired, tuning.family_holm(sweep, paired)):
     cells = [p.arm, p.baseline, f"{p.mean:+.4f}", interval_cell(p.low, p.high)]
     if with_test:
       cells += [f"{p.test_se:.4f}" if math.isfinite(p.test_se) else "-", interval_cell(*p.interval)
                 if math.isfinite(p.test_se) else "-"]
     cells += [str(p.seeds), f"{p.p_value:.2g}" if math.isfinite(p.p_value) else "-",
-              "kept" if kept else "-", p.verdict]
+              "exploratory" if kept is None else "kept" if kept else "-", p.verdict]
     lines.append("| " + " | ".join(cells) + " |")
   return lines

@@ -314,9 +314,33 @@ def check_unchanged(sweep: Sweep, workdir: str, rerun_changed: bool = False) -> 
 
 
 def run_order(sweep: Sweep, points: Sequence[Point]) -> list[Point]:
-  """`points` in the order a sweep runs them: the choosing seeds' before confirm_seeds' (so
-  every arm's rate is chosen before any arm reports), grid order otherwise."""
-  return sorted(points, key=lambda p: p.seed in sweep.confirm_seeds)  # sorted() is stable
+  """`points` in the order a sweep runs them: the points of sweep.first_arms first, arm after
+  arm in that order, each arm's choosing seeds before its confirm_seeds (which exist once its
+  own choice is complete); then the other arms' choosing seeds before their confirm_seeds (so
+  each of them chooses before any of them reports); grid order otherwise."""
+  return sorted(points, key=lambda p: order_key(  # sorted() is stable
+      sweep, sweep.arm_name(arm_of_point(sweep, p)), p.seed in sweep.confirm_seeds))
+
+
+def order_key(sweep: Sweep, arm: str, reports: bool) -> tuple[int, int, int]:
+  """Where a point of the arm named `arm` runs (`run_order`); `reports`: one of confirm_seeds."""
+  if arm in sweep.first_arms:
+    return 0, sweep.first_arms.index(arm), int(reports)
+  return 1, int(reports), 0
+
+
+def leases(seconds: Sequence[float], lease_seconds: float) -> int:
+  """How many calls of `lease_seconds` (--time_budget) run points of these times in this
+  order: a call runs its first point, and starts another only while the call would still end
+  within the budget by its longest point so far (`_Budget`)."""
+  count, i = 0, 0
+  while i < len(seconds):
+    count, elapsed, longest = count + 1, seconds[i], seconds[i]
+    i += 1
+    while i < len(seconds) and elapsed + longest <= lease_seconds:
+      elapsed, longest = elapsed + seconds[i], max(longest, seconds[i])
+      i += 1
+  return count
 
 
 def arm_key(sweep: Sweep, overrides: Iterable[tuple[str, Any]]) -> frozenset:
@@ -524,49 +548,83 @@ def points_pace(directories: Sequence[str]) -> Pace:
                        "FLOPs a step, 'at most' a larger size's pace, 'est.' beyond the largest")
 
 
-def plan(sweep: Sweep, workdir: str, pace: Pace) -> str:
-  """The points still to run, in the order run_sweep takes them, each with the time it should
-  take at `pace` (`measured_pace`, or `points_pace` of finished points), the first point of an
-  arm with its compilation; then the points that open later (each arm's confirm_seeds at its
-  chosen rate, and at most extend_edges more rates an edge)."""
+def plan(sweep: Sweep, workdir: str, pace: Pace, lease_seconds: Optional[float] = None) -> str:
+  """The points still to run, in the order run_sweep takes them (`run_order`), each with the
+  time it should take at `pace` (`measured_pace`, or `points_pace` of finished points), the
+  first point of an arm with its compilation; among them, where they will run, the points that
+  open later (each arm's confirm_seeds at its chosen rate, and at most extend_edges more rates
+  an edge). With `lease_seconds` (the --time_budget of one leased machine's call), how many
+  such calls the points need (`leases`), and how many the first arms' need."""
   results = load_results(workdir, sweep.failure)
-  todo = run_order(sweep, [p for p in tuning.points(sweep, results)
-                           if not is_finished(workdir, p)])
+  planned = _planned(sweep, workdir, results)
   started = {arm_key(sweep, r["overrides"].items()) for r in results}
-  lines, total = [], 0.0
-  for n, point in enumerate(todo, 1):
+  lines, times, now, edge = [], [], 0, 0.0
+  for n, (_, point, later) in enumerate(planned, 1):
     config = point_config(sweep, point)
-    arm = arm_key(sweep, point.overrides)
-    seconds, qualifier = pace.seconds(config, arm not in started)
-    started.add(arm)
-    total += seconds
-    role = "reports" if point.seed in sweep.confirm_seeds else "chooses"
-    d_model, *layers = _shape(config)
-    lines.append(f"{n:3d}. {point.name}  ({role}, d_model {d_model} x {sum(layers)}, "
-                 f"{config.num_train_steps} steps, ~{seconds:.0f} s"
-                 f"{', ' + qualifier if qualifier else ''})")
-  bests = tuning.best_per_arm(sweep, results) if sweep.tune else []
-  later, later_total, edge = [], 0.0, 0.0
-  for best in (b for b in bests if not b.complete):
-    arm_point = next(p for p in tuning.points(sweep, results)
-                     if arm_key(sweep, p.overrides) == arm_key(sweep, best.overrides))
-    seconds, qualifier = pace.seconds(point_config(sweep, arm_point), False)
-    edge = max(edge, seconds)
-    for seed in sweep.confirm_seeds:
-      later_total += seconds
-      later.append(f"{len(todo) + len(later) + 1:3d}. {best.arm},{sweep.tuned_field}=CHOSEN,"
-                   f"seed={seed}  (reports, once {best.name} has chosen its rate, ~{seconds:.0f} s"
-                   f"{', ' + qualifier if qualifier else ''})")
-  head = (f"Sweep {sweep.name}: {len(results)} point(s) finished, {len(todo)} to run now "
+    seconds, qualifier = pace.seconds(config, later is None and
+                                      arm_key(sweep, point.overrides) not in started)
+    started.add(arm_key(sweep, point.overrides))
+    times.append(seconds)
+    times_of = f"~{seconds:.0f} s{', ' + qualifier if qualifier else ''}"
+    if later is None:
+      now += 1
+      role = "reports" if point.seed in sweep.confirm_seeds else "chooses"
+      d_model, *layers = _shape(config)
+      lines.append(f"{n:3d}. {point.name}  ({role}, d_model {d_model} x {sum(layers)}, "
+                   f"{config.num_train_steps} steps, {times_of})")
+    else:
+      edge = max(edge, seconds)
+      lines.append(f"{n:3d}. {later.arm},{sweep.tuned_field}=CHOSEN,seed={point.seed}  "
+                   f"(reports, once {later.name} has chosen its rate, {times_of})")
+  total = sum(t for t, (_, _, later) in zip(times, planned) if later is None)
+  later_total = sum(times) - total
+  head = (f"Sweep {sweep.name}: {len(results)} point(s) finished, {now} to run now "
           f"(~{total / 60:.1f} min {pace.describe})")
-  if later:
-    head += (f", then {len(later)} reporting point(s) once their arms have chosen a rate "
-             f"(~{later_total / 60:.1f} min; and up to {sweep.extend_edges} more rate(s) an edge "
-             f"where an arm's best is on one, {len(sweep.seeds)} point(s) a rate)")
-  tail = f"In all: {len(todo) + len(later)} point(s), ~{(total + later_total) / 3600:.1f} h"
-  if later and sweep.extend_edges:
-    tail += (f"; each rate an edge adds ~{len(sweep.seeds) * edge / 60:.0f} min")
-  return "\n".join([head + ":"] + lines + later + [tail + "."])
+  if len(planned) > now:
+    head += (f", and {len(planned) - now} reporting point(s) that open once their arms have "
+             f"chosen a rate, listed where they will run (~{later_total / 60:.1f} min; and up "
+             f"to {sweep.extend_edges} more rate(s) an edge where an arm's best is on one, "
+             f"{len(sweep.seeds)} point(s) a rate)")
+  tail = f"In all: {len(planned)} point(s), ~{sum(times) / 3600:.1f} h"
+  if lease_seconds:
+    tail += _lease_words(sweep, planned, times, lease_seconds)
+  if len(planned) > now and sweep.extend_edges:
+    tail += f"; each rate an edge adds ~{len(sweep.seeds) * edge / 60:.0f} min"
+  return "\n".join([head + ":"] + lines + [tail + "."])
+
+
+def _planned(sweep: Sweep, workdir: str,
+             results: list[dict[str, Any]]) -> list[tuple[tuple, Point, Any]]:
+  """(order key, point, None) of each point to run now and (order key, the arm's first point
+  with a reporting seed, its tuning.ArmBest) of each reporting point that opens once an arm's
+  search is complete, in run order."""
+  points = tuning.points(sweep, results)
+  planned = [(order_key(sweep, sweep.arm_name(arm_of_point(sweep, p)),
+                        p.seed in sweep.confirm_seeds), p, None)
+             for p in points if not is_finished(workdir, p)]
+  for best in tuning.best_per_arm(sweep, results) if sweep.tune else []:
+    if best.complete:
+      continue
+    first = next(p for p in points if arm_of_point(sweep, p) == best.overrides)
+    planned += [(order_key(sweep, best.name, True), Point(first.overrides, seed), best)
+                for seed in sweep.confirm_seeds]
+  return sorted(planned, key=lambda entry: entry[0])  # stable: grid order within a key
+
+
+def arm_of_point(sweep: Sweep, point: Point) -> tuple[tuple[str, Any], ...]:
+  """A point's arm: its overrides less the tuned field."""
+  return tuple(kv for kv in point.overrides if kv[0] not in sweep.tune)
+
+
+def _lease_words(sweep: Sweep, planned: list[tuple[tuple, Point, Any]], times: list[float],
+                 lease_seconds: float) -> str:
+  """', N lease(s) of S s' for the plan, and the first arms' share of them."""
+  words = f", {leases(times, lease_seconds)} lease(s) of {lease_seconds:.0f} s"
+  if sweep.first_arms:
+    first = sum(1 for key, _, _ in planned if key[0] == 0)
+    words += (f" (the first arms, {' and '.join(sweep.first_arms)}: {first} point(s) in the "
+              f"first {leases(times[:first], lease_seconds)} lease(s))")
+  return words + " before any edge"
 
 
 def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str]] = None,
@@ -574,14 +632,15 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
                 print_launch: bool = False, rerun_changed: bool = False,
                 time_budget: Optional[float] = None, dry_run: bool = False,
                 compilation_cache: Optional[str] = None,
-                pace_from: Optional[Sequence[str]] = None) -> str:
+                pace_from: Optional[Sequence[str]] = None,
+                lease_seconds: Optional[float] = None) -> str:
   """What scripts/sweep.py does: run the unfinished points (or only aggregate, or list launch
   commands, or print the plan with each point's time at the step measured on this machine,
-  or at the pace of the finished points of `pace_from`'s workdirs), then rebuild the report;
-  returns the text to print. `time_budget`: seconds within which the points after
-  the first must be expected to end (`_Budget`); `compilation_cache`: JAX's persistent
-  compilation cache there (the one way points share their programs: each builds its own
-  jitted functions)."""
+  or at the pace of the finished points of `pace_from`'s workdirs, and with `lease_seconds`
+  the leases of that many seconds it needs), then rebuild the report; returns the text to
+  print. `time_budget`: seconds within which the points after the first must be expected to
+  end (`_Budget`); `compilation_cache`: JAX's persistent compilation cache there (the one way
+  points share their programs: each builds its own jitted functions)."""
   sweep = load_sweep(config_path)
   if storage.as_path(workdir).exists() and not storage.as_path(workdir).is_dir():
     raise ConfigError(f"--workdir={workdir} is a file, not a directory; pass a directory for "
@@ -594,13 +653,18 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
                         "--seeds=0,1,2.") from None
     sweep = dataclasses.replace(sweep, seeds=values)
     check_sweep(sweep)  # e.g. --seeds that repeat the sweep's confirm_seeds: one line
-  if time_budget is not None and not time_budget > 0:
-    raise ConfigError(f"--time_budget={time_budget} must be a number of seconds > 0.")
+  for flag, value in (("time_budget", time_budget), ("lease_seconds", lease_seconds)):
+    if value is not None and not value > 0:
+      raise ConfigError(f"--{flag}={value} must be a number of seconds > 0.")
+  if lease_seconds is not None and not dry_run:
+    raise ConfigError("--lease_seconds counts the leases of the plan: it goes with --dry_run "
+                      "(a run's own limit is --time_budget).")
   if print_launch:
     return "\n".join(launch_lines(sweep, config_path, workdir, sweep.seeds if seeds else None))
   check_unchanged(sweep, workdir, rerun_changed and not aggregate_only and not dry_run)
   if dry_run:  # measured without the cache, so that its compile time is a compilation's
-    return plan(sweep, workdir, points_pace(pace_from) if pace_from else measured_pace(sweep))
+    return plan(sweep, workdir, points_pace(pace_from) if pace_from else measured_pace(sweep),
+                lease_seconds)
   if compilation_cache:
     enable_compilation_cache(compilation_cache)
   if not aggregate_only:

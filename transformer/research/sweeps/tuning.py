@@ -14,7 +14,15 @@ data order and splits), summarised by their mean and a 95% t-interval; a differe
 interval holds 0 is "not settled", whatever its sign. Where the points stored the NLL of each
 test example ('test_rows'), the interval also holds the test set's own sampling error (every
 seed is scored on the same test set: `test_set_se`), and each sweep's comparisons are one family
-for a Holm correction (`holm`).
+for a Holm correction (`holm`), or the comparisons its holm_family names are (`family_holm`; the
+others exploratory).
+
+Intention to treat (a sweep with a failure rule): the figure above leaves a failed reporting
+run out, so an arm that fails more often is reported over its better runs. The ITT figure
+(`ArmBest.itt_by_seed`, `itt_differences`) counts every reporting run at the chosen value,
+failed or not: at its recorded sweep.report where that is finite (a stalled run, or one with
+a dead layer, scored its test split), else at sweep.itt_missing, by default ln of the model's
+output vocabulary size, the NLL of the uniform model, which predicts nothing (`itt_missing`).
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from transformer.research.sweeps.grid import (Overrides, Point, Sweep, arm_label, arm_of, arms,
-                                              expand)
+from transformer.research.sweeps.grid import (NLL_REPORTS, Overrides, Point, Sweep, arm_label,
+                                              arm_of, arms, expand, point_config)
 from transformer.research.sweeps.stats import mean_std, metric_value
+from transformer.training import experiment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +59,17 @@ class ArmBest:
   # Reporting seeds whose run at the chosen value failed (diverged, or by sweep.failure): the
   # reported figure is over the others, and the tables say which failed.
   failed_seeds: tuple[int, ...] = ()
+  # Intention to treat (sweeps with a failure rule; {} otherwise): sweep.report of every
+  # reporting run, failed or not (`_itt`), its test rows where stored, and the seeds counted
+  # at sweep.itt_missing (no finite figure recorded).
+  itt_by_seed: dict[int, float] = dataclasses.field(default_factory=dict)
+  itt_rows_by_seed: dict[int, list] = dataclasses.field(default_factory=dict)
+  itt_missing_seeds: tuple[int, ...] = ()
+
+  @property
+  def itt(self) -> tuple[float, float, int]:
+    """Mean, std and runs of the intention-to-treat figure."""
+    return mean_std(list(self.itt_by_seed.values()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +150,25 @@ def test_set_se(arm_rows: Sequence[Sequence[Sequence[float]]],
 def holm(paired: Sequence["Paired"], alpha: float = 0.05) -> list[bool]:
   """Which comparisons stay significant at family-wise level `alpha` (Holm 1979): the p-values
   in ascending order, the k-th (from 0) tested at alpha / (m - k) until the first that fails."""
-  p = [x.p_value if math.isfinite(x.p_value) else 1.0 for x in paired]
+  return _holm([x.p_value for x in paired], alpha)
+
+
+def family_holm(sweep: Sweep, paired: Sequence["Paired"],
+                alpha: float = 0.05) -> list[Optional[bool]]:
+  """`holm` over sweep.holm_family's comparisons alone, a family of their number (one not in
+  `paired` yet counts as not significant); None for every other comparison (exploratory).
+  Without a holm_family, `holm` over all of `paired`."""
+  if not sweep.holm_family:
+    return list(holm(paired, alpha))
+  family = [tuple(pair) for pair in sweep.holm_family]
+  members = [x for x in paired if (x.arm, x.baseline) in family]
+  kept = _holm([x.p_value for x in members] + [1.0] * (len(family) - len(members)), alpha)
+  by_name = {(x.arm, x.baseline): k for x, k in zip(members, kept)}
+  return [by_name.get((x.arm, x.baseline)) for x in paired]
+
+
+def _holm(p_values: Sequence[float], alpha: float) -> list[bool]:
+  p = [v if math.isfinite(v) else 1.0 for v in p_values]
   keep = [False] * len(p)
   for k, i in enumerate(sorted(range(len(p)), key=p.__getitem__)):
     if p[i] > alpha / (len(p) - k):
@@ -139,9 +177,37 @@ def holm(paired: Sequence["Paired"], alpha: float = 0.05) -> list[bool]:
   return keep
 
 
-# The reported metrics a test example's NLL sums add up to (with no label smoothing or z-loss,
-# as in every language-model sweep here, the loss is the NLL).
-ROWS_READ = ("test/loss", "test/nll")
+# The reported metrics a test example's NLL sums add up to (grid.NLL_REPORTS).
+ROWS_READ = NLL_REPORTS
+
+
+def itt_missing(sweep: Sweep) -> Optional[float]:
+  """What a reporting run without a finite sweep.report counts as in the intention-to-treat
+  figure: sweep.itt_missing where declared; else, where sweep.report is an NLL, ln of the
+  output vocabulary size of the sweep's first point (the uniform model's NLL); else None (no
+  ITT figure: check_sweep asks a sweep with a failure rule to declare one)."""
+  if sweep.itt_missing is not None:
+    return float(sweep.itt_missing)
+  if sweep.report not in NLL_REPORTS:
+    return None
+  config = point_config(sweep, expand(sweep)[0])
+  return math.log(experiment.parse(config).model.output_vocab_size)
+
+
+def _itt(sweep: Sweep, runs: Sequence[dict]) -> dict[str, Any]:
+  """ArmBest's intention-to-treat fields over `runs` (every reporting run of an arm, failed or
+  not): {seed: sweep.report, or itt_missing(sweep) where it is not finite}, the test rows of
+  those that stored them, and the seeds counted at itt_missing. Empty without a failure rule
+  (or without a value to count a missing figure at)."""
+  recorded = {r["seed"]: metric_value(r.get("metrics", {}), sweep.report) for r in runs}
+  missing = tuple(sorted(s for s, v in recorded.items() if not math.isfinite(v)))
+  fill = itt_missing(sweep) if missing and sweep.failure else None
+  if not sweep.failure or not runs or (missing and fill is None):
+    return {}
+  return dict(itt_by_seed={s: fill if s in missing else v for s, v in sorted(recorded.items())},
+              itt_rows_by_seed={r["seed"]: r["test_rows"] for r in runs if r.get("test_rows")
+                                and sweep.report in ROWS_READ},
+              itt_missing_seeds=missing)
 
 
 def _round(value: float) -> float:
@@ -233,12 +299,10 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
         best, best_score = v, _score(sweep, members)
     chosen = [r for r in by_value.get(best, []) if r["status"] == "ok"]
     confirming_runs = confirming.get(label, {}).get(best, []) if complete else []
-    confirmed = [r for r in confirming_runs if r["status"] == "ok"]
     # fresh_report: only seeds that took no part in the choice, so it cannot favour them.
-    reported = confirmed if sweep.fresh_report else chosen + confirmed
-    failed = sorted(r["seed"] for r in confirming_runs + ([] if sweep.fresh_report else
-                                                          by_value.get(best, []))
-                    if r["status"] != "ok")
+    reporting = ([] if sweep.fresh_report else by_value.get(best, [])) + confirming_runs
+    reported = [r for r in reporting if r["status"] == "ok"]
+    failed = sorted(r["seed"] for r in reporting if r["status"] != "ok")
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in reported}
     rows = {r["seed"]: r["test_rows"] for r in reported if r.get("test_rows")
             and sweep.report in ROWS_READ}
@@ -248,7 +312,7 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
         complete=complete,
         select=mean_std([metric_value(r["metrics"], sweep.select) for r in chosen]),
         report=mean_std(list(by_seed.values())), report_by_seed=by_seed, curve=tuple(curve),
-        rows_by_seed=rows, failed_seeds=tuple(failed)))
+        rows_by_seed=rows, failed_seeds=tuple(failed), **_itt(sweep, reporting)))
   return out
 
 
@@ -270,23 +334,26 @@ def at_chosen_values(sweep: Sweep, results: list[dict[str, Any]],
 def fixed_arms(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   """An untuned sweep's arms in the form of `best_per_arm` (nothing searched): sweep.report by
   seed of each arm's finished runs, for `paired_differences` against sweep.baseline or within
-  sweep.contrast."""
+  sweep.contrast; with a failure rule, the intention-to-treat figure of all of them (`_itt`)."""
   by_arm: dict[str, list[dict]] = {}
   for r in results:
     arm = arm_of(sweep, r["overrides"])
-    if r["status"] == "ok" and arm is not None and r["seed"] in sweep.seeds and not (
+    if arm is not None and r["seed"] in sweep.seeds and not (
         set(sweep.tune) & set(r["overrides"])):
       by_arm.setdefault(arm_label(arm), []).append(r)
   out = []
   for arm in arms(sweep):
     label = arm_label(arm)
-    members = by_arm.get(label, [])
+    runs = by_arm.get(label, [])
+    members = [r for r in runs if r["status"] == "ok"]
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in members}
     select = mean_std([metric_value(r["metrics"], sweep.select) for r in members])
     out.append(ArmBest(arm=label, overrides=arm, name=sweep.arm_name(arm), searched=(),
                        best=None, on_edge=False, complete=len(members) == len(sweep.seeds),
                        select=select, report=mean_std(list(by_seed.values())),
-                       report_by_seed=by_seed, curve=()))
+                       report_by_seed=by_seed, curve=(),
+                       failed_seeds=tuple(sorted(r["seed"] for r in runs if r not in members)),
+                       **_itt(sweep, runs)))
   return out
 
 
@@ -335,6 +402,13 @@ def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
   """Every comparison of `_compared`, paired by seed."""
   return [paired(b.name, base.name, b.report_by_seed, base.report_by_seed, b.rows_by_seed,
                  base.rows_by_seed)
+          for b, base in _compared(sweep, bests)]
+
+
+def itt_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
+  """`paired_differences` of the intention-to-treat figures (every reporting run counted)."""
+  return [paired(b.name, base.name, b.itt_by_seed, base.itt_by_seed, b.itt_rows_by_seed,
+                 base.itt_rows_by_seed)
           for b, base in _compared(sweep, bests)]
 
 
