@@ -61,6 +61,11 @@ def test_model_scale_fields_take_numbers():
     (dict(axes=({"learning_rate": [1e-3]}, {"learning_rate": [2e-3]})),
      r"^'learning_rate' is on axis 1 and on axis 0: a point can set it once"),
     (dict(axes=({"learning_rate": []},)), r"^Axis 0 of the sweep has no values"),
+    # A dict for axes, a scalar for an axis's values: tracebacks once (AttributeError, len()).
+    (dict(axes={"learning_rate": [1e-3, 2e-3]}), r"^axes=.* must be a tuple of .* dicts"),
+    (dict(axes=({"learning_rate": 1e-3},)), r"^Axis 0 gives 'learning_rate' the value 0.001"),
+    # A name over 255 bytes failed at the point's mkdir (ENAMETOOLONG) after the first points.
+    (dict(axes=({"data_help": ["x" * 300]},)), r"in 3\d\d bytes, over the 255 a directory"),
     # first_arms, holm_family and itt_missing name the sweep's arms and comparisons.
     (dict(arm_names=("paper", "none"), first_arms=("paper", "paper")), "first_arms=.*distinct"),
     (dict(arm_names=("paper", "none"), first_arms=("mup",)), "first_arms=.*arms are"),

@@ -235,6 +235,21 @@ def check_sweep(sweep: Sweep) -> None:
   _check_arms(sweep)
   _check_declared(sweep)
   _check_values(sweep)
+  _check_names(sweep)
+
+
+MAX_NAME_BYTES = 255  # a point's directory name: one path component on every common filesystem
+
+
+def _check_names(sweep: Sweep) -> None:
+  """Every point's name fits a directory name (else the run fails at mkdir, ENAMETOOLONG)."""
+  for point in expand(sweep):
+    size = len(point.name.encode())
+    if size > MAX_NAME_BYTES:
+      raise ConfigError(f"Point {point.name[:60]}... is named by its {len(point.overrides)} "
+                        f"settings in {size} bytes, over the {MAX_NAME_BYTES} a directory name "
+                        "holds: set the fields every point shares in `fixed`, or shorten the "
+                        "axis values.")
 
 
 def _check_shape(sweep: Sweep) -> None:
@@ -249,8 +264,15 @@ def _check_shape(sweep: Sweep) -> None:
     raise ConfigError(f"seeds={seeds} must be distinct integers >= 0 (one run each).")
   if not os.path.isfile(sweep.base):
     raise ConfigError(f"base={sweep.base!r} is not a file (run from the repository root).")
+  if not isinstance(sweep.axes, (tuple, list)) or not all(isinstance(a, dict) for a in sweep.axes):
+    raise ConfigError(f"axes={sweep.axes!r} must be a tuple of {{field: [values]}} dicts, one an "
+                      "axis: axes=({'model.d_model': [32, 64]},).")
   seen: dict[str, int] = {}
   for i, axis in enumerate(sweep.axes):
+    for field, values in axis.items():
+      if not isinstance(values, (tuple, list)):
+        raise ConfigError(f"Axis {i} gives {field!r} the value {values!r}; an axis field takes a "
+                          f"list of values ({field!r}: [{values!r}]), or put it in `fixed`.")
     lengths = {len(v) for v in axis.values()}
     if len(lengths) != 1:
       raise ConfigError(f"The fields of one axis move together and need equally many values: "
