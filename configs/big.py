@@ -4,12 +4,12 @@ Dropout 0.3 as for EN-DE (the paper used 0.1 for EN-FR); otherwise the base trai
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-import base  # noqa: E402  (configs/base.py)
+from transformer.training.experiment import load_module
+from transformer.training.optimizer_settings import paper_peak_learning_rate
 
-from transformer.training.optimizer_settings import paper_peak_learning_rate  # noqa: E402
+# configs/base.py, loaded by its path as every config file is: configs/ is no package.
+base = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.py"))
 
 
 def get_config():

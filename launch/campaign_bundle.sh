@@ -4,7 +4,7 @@
 # configs and launchers, the campaign's results directories (its tokenizer, the corpus
 # manifest and every point finished so far) and the xz'd corpus, as data/debian_docs_en.txt.xz.
 #   bash launch/campaign_bundle.sh /tmp/p1.tar [CORPUS]   # CORPUS: data/debian_docs_en.txt.xz
-# On the host: tar -xf p1.tar && pip install -e '.[cuda13]' (or '.[tpu]'), then the sweep
+# On the host: tar -xf p1.tar && pip install -e '.[train,analysis,cuda13]' (or tpu), then the sweep
 # commands of docs/research_tools.md; bring back docs/sweeps/p1_*/points/*/result.json.
 set -euo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

@@ -24,7 +24,7 @@ Usage: bash launch/tpu_vm.sh {create|setup|train|stop|delete} [--config.FIELD=VA
 
   create   gcloud compute tpus tpu-vm create TPU_NAME (ACCELERATOR_TYPE, RUNTIME_VERSION)
   setup    copy this checkout (or git clone REPO_URL) to every worker; check its Python (>= 3.11;
-           an older one gets a Python 3.11 from uv in REMOTE_DIR/.venv) and pip install -e '.[tpu]'
+           an older one gets a Python 3.11 from uv in REMOTE_DIR/.venv) and pip install -e '.[train,tpu]'
   train    run scripts/train.py on every worker at once; extra arguments go to train.py
   stop     stop a DETACH=1 training run on every worker
   delete   gcloud compute tpus tpu-vm delete TPU_NAME
@@ -40,7 +40,7 @@ Environment:
   REPO_URL          git URL to clone on the workers instead of copying this checkout (default: copy)
   REPO_REF          branch or tag of REPO_URL         (default: the remote's default branch)
   REMOTE_DIR        checkout directory on the workers, relative to home (default: transformer)
-  JAX_SPEC          extra pip requirement installed with '.[tpu]', e.g. jax[tpu]==0.10.2 (default: none)
+  JAX_SPEC          extra pip requirement installed with '.[train,tpu]', e.g. jax[tpu]==0.10.2 (default: none)
   PYTHON            interpreter on the workers, Python >= 3.11 (default: python3)
   CONFIG            experiment config                 (default: configs/default.py)
   WORKDIR           (required for train) run directory; gs://BUCKET/PATH on a multi-host slice
@@ -174,9 +174,9 @@ else echo \"tpu_vm.sh: worker \$(hostname): \$($py -V 2>&1) is older than Python
 package needs, and installing one with uv failed; install python$MIN_PYTHON there and set \
 PYTHON=python$MIN_PYTHON, or create the TPU with a RUNTIME_VERSION whose Python is $MIN_PYTHON or newer\" >&2; \
 exit 1; fi; fi"
-    # One pip call, so the resolver picks a jax[tpu] within the package's pinned range.
+    # One pip call, so the resolver picks a jax[tpu] within the package's bounds.
     on_all_workers "set -e; $ensure_python; $fetch; cd $remote_dir; \$PY -m pip install --upgrade pip; \
-\$PY -m pip install -e $(quote ".[tpu]" ${JAX_SPEC:+"$JAX_SPEC"}) \
+\$PY -m pip install -e $(quote ".[train,tpu]" ${JAX_SPEC:+"$JAX_SPEC"}) \
 -f https://storage.googleapis.com/jax-releases/libtpu_releases.html; \
 \$PY -c 'import jax; jax.distributed.initialize(); \
 print(\"process\", jax.process_index(), \"of\", jax.process_count(), \"devices\", jax.device_count())'"

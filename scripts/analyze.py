@@ -5,10 +5,14 @@ Writes DIR/plots/ (analysis.md, analysis.json, PNG plots); the work is
 attention maps of that input, every layer and head (`analysis.attention_map_figure`).
 """
 
-from absl import app, flags
+from transformer import extras
 
-from transformer import cli, storage
-from transformer.research import analysis
+extras.require("train", "analysis")  # first: a core install lacks what the imports below need
+
+from absl import app, flags  # noqa: E402
+
+from transformer import cli, storage  # noqa: E402
+from transformer.research import analysis  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training workdir (config.json, checkpoints/).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step; default: the newest.")

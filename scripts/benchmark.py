@@ -13,13 +13,18 @@ transformer/research/benchmarking.py.
 
 import json
 
-from absl import app, flags
-from ml_collections import config_flags
+from transformer import extras
 
-from transformer import cli, storage
-from transformer.inference import lines
-from transformer.research import benchmarking
-from transformer.research.sweeps import grid
+extras.require("train", "analysis")  # first: a core install lacks what the imports below need
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from transformer import cli, storage  # noqa: E402
+from transformer.errors import ConfigError  # noqa: E402
+from transformer.inference import lines  # noqa: E402
+from transformer.research import benchmarking  # noqa: E402
+from transformer.research.sweeps import grid  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
 _MODE = flags.DEFINE_list("mode", ["train"], f"What to measure: {', '.join(benchmarking.MODES)}.")
@@ -45,15 +50,15 @@ _PROFILE = flags.DEFINE_string(
     "profile", None, "Trace the measured train step with jax.profiler into this directory.")
 _TABLE = flags.DEFINE_string(
     "table", None, "Print the table of a folder of results (PASS/CONFIG_CODE.json) and stop.")
-flags.register_multi_flags_validator(
-    ["config", "sweep", "table"], lambda f: sum(f[k] is not None for k in f) == 1,
-    "Pass one of --config or --sweep (to benchmark it) or --table (to tabulate a folder of "
-    "results).")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  given = [f"--{f.name}" for f in (_CONFIG, _SWEEP, _TABLE) if f.value is not None]
+  if len(given) != 1:  # here, not in a flags validator: absl's message prints every value
+    raise ConfigError("Pass one of --config or --sweep (to benchmark it) or --table (to "
+                      f"tabulate a folder of results), not {' and '.join(given) or 'none'}.")
   if _TABLE.value:
     print("\n".join(benchmarking.comparison_table(_TABLE.value)))
     return

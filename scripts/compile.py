@@ -5,7 +5,7 @@ FLOPs, HBM traffic, collectives and roofline estimates (transformer/research/com
 
 --table=DIR compiles every row of docs/accelerators/table.md missing from DIR (one JSON a row) and
 writes DIR/table.md; with --aggregate_only it only rebuilds table.md from the JSON files.
-Needs libtpu for TPU targets (pip install -e '.[tpu]') and jax's CUDA plugin for h100:N and
+Needs libtpu for TPU targets (pip install -e '.[train,tpu]') and jax's CUDA plugin for h100:N and
 h200:N (docs/speed.md).
 """
 
@@ -13,6 +13,10 @@ import json
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the target is compiled for, not run on
+
+from transformer import extras  # noqa: E402
+
+extras.require("train")  # first: a core install lacks what the imports below need
 
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402

@@ -6,10 +6,14 @@ beyond each sweep's own table, from the committed result.json files.
 The work is `transformer.research.sweeps.contrasts.build`.
 """
 
-from absl import app, flags
+from transformer import extras
 
-from transformer import cli, storage
-from transformer.research.sweeps import contrasts
+extras.require("train", "analysis")  # first: a core install lacks what the imports below need
+
+from absl import app, flags  # noqa: E402
+
+from transformer import cli, storage  # noqa: E402
+from transformer.research.sweeps import contrasts  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", "configs/contrasts.py", "Contrasts file.")
 _OUT = flags.DEFINE_string("out", "docs/contrasts.md", "Where the page goes.")

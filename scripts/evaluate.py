@@ -15,10 +15,14 @@ match of its decoded --input lines against --reference (one line each), the figu
 import json
 import sys
 
-from absl import app, flags
+from transformer import extras
 
-from transformer import cli
-from transformer.trained import evaluate
+extras.require("train")  # first: a core install lacks what the imports below need
+
+from absl import app, flags  # noqa: E402
+
+from transformer import cli  # noqa: E402
+from transformer.trained import evaluate  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest readable).")

@@ -9,10 +9,14 @@ whose every layer and setting goes to docs/variance_argument.md.
 The work is `transformer.research.findings` and `transformer.research.variance_argument`.
 """
 
-from absl import app, flags
+from transformer import extras
 
-from transformer import cli, storage
-from transformer.research import findings, variance_argument
+extras.require("train", "analysis")  # first: a core install lacks what the imports below need
+
+from absl import app, flags  # noqa: E402
+
+from transformer import cli, storage  # noqa: E402
+from transformer.research import findings, variance_argument  # noqa: E402
 
 _PAGE = flags.DEFINE_string("page", "docs/findings.md", "The page whose marked blocks are rebuilt.")
 _FIGURES = flags.DEFINE_string("figures", "docs/figures", "Where the figures go.")

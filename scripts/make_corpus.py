@@ -19,11 +19,15 @@ trains on it with --config.data_files=OUT; its split is drawn once by split_seed
 
 import os
 
-from absl import app, flags
+from transformer import extras
 
-from transformer import cli, errors, storage
-from transformer.inference import lines
-from transformer.data import message_catalogs, package_texts
+extras.require("train")  # first: a core install lacks what the imports below need
+
+from absl import app, flags  # noqa: E402
+
+from transformer import cli, errors, storage  # noqa: E402
+from transformer.inference import lines  # noqa: E402
+from transformer.data import message_catalogs, package_texts  # noqa: E402
 
 _CORPUS = flags.DEFINE_enum("corpus", "catalogs", ["catalogs", "debian_docs"], "Which corpus.")
 _OUT = flags.DEFINE_string("out", None, "The file to write (default: data/catalogs_en_de.tsv, "

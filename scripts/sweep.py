@@ -1,6 +1,6 @@
 """Runs a sweep (configs/sweeps/*.py) point after point, then tabulates and plots it.
 
-  python scripts/sweep.py --config=configs/sweeps/embed_ratio.py --workdir=/tmp/sweeps/embed_ratio
+  python scripts/sweep.py --sweep=configs/sweeps/embed_ratio.py --workdir=/tmp/sweeps/embed_ratio
 
 Finished points (WORKDIR/points/NAME/result.json) are skipped, so rerunning the same command
 resumes an interrupted sweep. --print_launch prints one command per unfinished point for a
@@ -13,12 +13,18 @@ works on its directory. The work is `transformer.research.sweeps.run_command`.
 """
 
 
-from absl import app, flags
+from transformer import extras
 
-from transformer import cli
-from transformer.research import sweeps
+extras.require("train", "analysis")  # first: a core install lacks what the imports below need
 
-_CONFIG = flags.DEFINE_string("config", None, "Sweep file (configs/sweeps/NAME.py).")
+from absl import app, flags  # noqa: E402
+
+from transformer import cli  # noqa: E402
+from transformer.research import sweeps  # noqa: E402
+
+# --sweep, not --config: the other scripts' --config is an experiment config taking --config.x
+# overrides; a sweep file takes none.
+_SWEEP = flags.DEFINE_string("sweep", None, "Sweep file (configs/sweeps/NAME.py).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the points and the tables go.")
 _POINT = flags.DEFINE_multi_string("point", None, "Run only these points (by name).")
 _SEEDS = flags.DEFINE_list("seeds", None, "Override the sweep's seeds, e.g. 0,1,2,3,4.")
@@ -45,13 +51,13 @@ _COMPILATION_CACHE = flags.DEFINE_string(
     "compilation_cache", None, "JAX's persistent compilation cache in this directory: the "
     "points of an arm (and a rerun) read their programs from it instead of compiling them "
     "(without it every point compiles its own).")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flags_as_required(["sweep", "workdir"])
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  print(sweeps.run_command(_CONFIG.value, _WORKDIR.value, points=_POINT.value, seeds=_SEEDS.value,
+  print(sweeps.run_command(_SWEEP.value, _WORKDIR.value, points=_POINT.value, seeds=_SEEDS.value,
                            aggregate_only=_AGGREGATE_ONLY.value,
                            print_launch=_PRINT_LAUNCH.value,
                            rerun_changed=_RERUN_CHANGED.value, time_budget=_TIME_BUDGET.value,

@@ -7,10 +7,14 @@ Multi-host: JAX detects TPU pod slices and SLURM; elsewhere pass --coordinator_a
 
 import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+from transformer import extras
 
-from transformer import cli
+extras.require("train")  # first: a core install lacks what the imports below need
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from transformer import cli  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)

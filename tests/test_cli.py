@@ -266,3 +266,35 @@ def test_the_decoding_flags_build_a_decode_config():
   build = cli.define_decode_flags(default_method="greedy", flag_values=values)
   values(["prog", "--beam_size=3", "--alpha=0.2"])
   assert build() == DecodeConfig(method="greedy", beam_size=3, alpha=0.2)
+
+
+def test_tfds_chatter_about_the_packages_own_configs_is_dropped_and_nothing_else():
+  from transformer.data import LocalTextConfig, SyntheticConfig
+
+  def record(msg, *args):
+    return logging.LogRecord("absl", logging.WARNING, "tfds.py", 1, msg, args, None)
+  for config in (SyntheticConfig(name="s"), LocalTextConfig(name="t")):
+    assert not cli.known_tfds_chatter(record("Using custom data configuration: %s", config))
+  assert cli.known_tfds_chatter(record("Using custom data configuration: %s", "someone's"))
+  assert not cli.known_tfds_chatter(record("Variant folder %s has no dataset_info.json", "/d"))
+  assert cli.known_tfds_chatter(record("Downloading %s", "x"))
+
+
+def test_importing_the_data_package_changes_no_logger_and_the_scripts_filter_its_chatter(
+    monkeypatch, capsys):
+  """An import with no global side effect: the absl logger's filters before and after
+  `import transformer.data` are the same (a fresh process: this one has imported it);
+  run_script, where every script starts, installs the filter."""
+  import subprocess
+  check = ("import logging\n"
+           "before = list(logging.getLogger('absl').filters)\n"
+           "import transformer.data\n"
+           "after = logging.getLogger('absl').filters\n"
+           "assert after == before, after\n")
+  run = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr
+  monkeypatch.setattr("sys.argv", ["prog"])
+  absl_logger = logging.getLogger("absl")
+  monkeypatch.setattr(absl_logger, "filters", list(absl_logger.filters))  # restored after
+  _boundary(lambda argv: None, capsys)
+  assert cli.known_tfds_chatter in absl_logger.filters

@@ -142,9 +142,12 @@ def test_beam_1_equals_greedy(seq2seq, lm):
 
 def _check_beam_scores(model, params, inputs):
   for alpha in (0.0, 0.6, 1.0):
-    tokens, scores = decoding.beam_search(model, params, inputs, beam_size=3, alpha=alpha,
-                                          extra_len=6)
+    tokens, scores = decoding.decode(model, params, inputs, DecodeConfig(
+        method="beam", beam_size=3, alpha=alpha, extra_len=6))
     tokens = np.asarray(tokens)
+    np.testing.assert_array_equal(  # the shorthand: the same tokens, alone
+        decoding.beam_search(model, params, inputs, beam_size=3, alpha=alpha, extra_len=6),
+        tokens)
     length = (tokens > 0).sum(1)
     want = _logp_of(model, params, inputs, tokens) / np.asarray(
         decoding.length_penalty(length, alpha))

@@ -323,7 +323,7 @@ def test_tpu_vm_setup_copies_checkout_and_installs(fake_gcloud):
   assert not (fake_gcloud.home / "transformer-src.tar.gz").exists()
   assert python_calls[0] == "[-c][import sys; sys.exit(sys.version_info < (3, 11))]"
   assert python_calls[1] == "[-m][pip][install][--upgrade][pip]"
-  assert python_calls[2].startswith("[-m][pip][install][-e][.[tpu]][-f]")
+  assert python_calls[2].startswith("[-m][pip][install][-e][.[train,tpu]][-f]")
   assert python_calls[3].startswith("[-c][import jax; jax.distributed.initialize();")
 
 
@@ -335,7 +335,7 @@ def test_tpu_vm_setup_installs_a_python_3_11_where_the_image_has_an_older_one(fa
                               "old [-V]", "old [-m][pip][install][--user][--quiet][uv]",
                               f"old [-m][uv][venv][--seed][--python][3.11][{venv}]"]
   assert python_calls[4] == "[-m][pip][install][--upgrade][pip]"  # the venv's Python from here on
-  assert python_calls[5].startswith("[-m][pip][install][-e][.[tpu]][-f]")
+  assert python_calls[5].startswith("[-m][pip][install][-e][.[train,tpu]][-f]")
   assert "installing Python 3.11 with uv" in result.stderr
   result, _, python_calls = fake_gcloud("train", WORKDIR="gs://b/r")  # trains with it
   assert result.returncode == 0 and python_calls == ["[scripts/train.py][--config=configs/default.py]"
@@ -365,7 +365,7 @@ def test_tpu_vm_setup_from_git_url(fake_gcloud):
   assert [c[3] for c in calls] == ["ssh"]  # no scp
   home = fake_gcloud.home
   assert worker_calls[1] == f"git clone --branch v1 https://example.com/r.git {home}/transformer"
-  assert worker_calls[3].startswith("[-m][pip][install][-e][.[tpu]]")
+  assert worker_calls[3].startswith("[-m][pip][install][-e][.[train,tpu]]")
   result, _, worker_calls = fake_gcloud("setup", REPO_URL="https://example.com/r.git")
   assert worker_calls[1] == f"git -C {home}/transformer pull --ff-only"  # a second setup pulls
 
@@ -418,7 +418,7 @@ def test_tpu_vm_dry_run_prints_what_every_worker_of_a_two_worker_slice_runs(tmp_
   assert "--worker=all" in lines[1]
   setup = _per_worker(lines, "worker", 2)
   assert setup[0] == setup[1] and "sys.version_info < (3, 11)" in setup[0]
-  assert r"$PY -m pip install -e .\[tpu\] -f " in setup[0]  # the extra, as bash reads it
+  assert r"$PY -m pip install -e .\[train\,tpu\] -f " in setup[0]  # the extras, as bash reads them
   lines = _dry_run("tpu_vm.sh", "train", "--config.num_train_steps=10", WORKDIR="gs://b/run x",
                    **env)
   train = _per_worker(lines, "worker", 2)

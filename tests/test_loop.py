@@ -3,6 +3,7 @@ full disk, bugs that keep their traceback, and the mistakes a user can make."""
 
 import errno
 import io
+import json
 import logging
 import os
 import re
@@ -84,15 +85,71 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
   tiny_config.learning_rate = 1e30
   tiny_config.checkpoint_every_steps = 1
   workdir = tmp_path / "w"
-  with pytest.raises(NonFiniteLossError, match=r"Non-finite loss at step (\d+)") as err:
+  with pytest.raises(NonFiniteLossError, match=r"^Non-finite (loss at|parameter norm after) "
+                     r"step (\d+)") as err:
     loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
-  bad = int(re.search(r"step (\d+)", str(err.value)).group(1))
+  first = int(re.search(r"checkpoints from step (\d+) on were set aside", str(err.value))[1])
   kept = checkpoint.Checkpointer(str(workdir)).all_steps()
-  # Checkpoints of params that produced the non-finite loss are set aside, the rest kept.
-  assert all(s < bad - 1 for s in kept)
-  assert sorted(p.name for p in (workdir / "checkpoints").glob("*.nonfinite"))
+  # Checkpoints of params that produced the non-finite loss are set aside (or, where the
+  # param norm said so first, never saved), the rest kept.
+  assert all(s < first for s in kept)
+  assert all(int(p.name.split(".")[0]) >= first
+             for p in (workdir / "checkpoints").glob("*.nonfinite"))
   if kept:
     assert f"resumes from step {max(kept)}" in str(err.value)
+
+
+def _strict_json(text):
+  """json.loads that refuses NaN and Infinity, which Python's json writes and no JSON
+  reader takes."""
+  def refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+  return json.loads(text, parse_constant=refuse)
+
+
+def test_a_run_that_diverges_at_its_last_update_fails_and_keeps_no_bad_checkpoint(tiny_config,
+                                                                                   tmp_path):
+  """Round 7, item 2: at a rate of 1e38 the last update made the params non-finite (no train
+  loss measures them); the run exited 0, no FAILED, its eval loss and param norm null and its
+  checkpoint of those params the newest, for evaluate and a resume to take."""
+  tiny_config.update(learning_rate=1e38, num_train_steps=1, checkpoint_every_steps=1,
+                     eval_every_steps=1)
+  workdir = tmp_path / "w"
+  with pytest.raises(NonFiniteLossError, match=r"^Non-finite parameter norm after step 1 "
+                     r"\(inf: the update diverged\); training stopped, checkpoints from step 1 "
+                     r"on were set aside as <step>.nonfinite and no checkpoint is left;"):
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+  assert checkpoint.finished_steps(checkpoint.checkpoint_dir(str(workdir))) == []
+
+
+def test_a_non_finite_held_out_loss_fails_the_run_and_sets_its_checkpoint_aside(
+    tiny_config, tmp_path, monkeypatch):
+  """A held-out loss that is not finite (params finite, logits not) ends the run as
+  diverged, its checkpoint (saved, asynchronously, just before) set aside."""
+  split_metrics = steps.split_metrics
+  monkeypatch.setattr(steps, "split_metrics",
+                      lambda *a, **k: {**split_metrics(*a, **k), "loss": float("nan")})
+  tiny_config.num_train_steps = 5
+  workdir = tmp_path / "w"
+  with pytest.raises(NonFiniteLossError, match=r"^Non-finite held-out loss at step 5 \(the "
+                     r"eval split's: nan\); training stopped, checkpoints from step 5 on were "
+                     r"set aside as <step>.nonfinite and no checkpoint is left;"):
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+  assert checkpoint.finished_steps(checkpoint.checkpoint_dir(str(workdir))) == []
+  assert (workdir / "checkpoints" / "5.nonfinite").is_dir()
+
+
+def test_evaluate_writes_a_non_finite_figure_as_null_never_nan(five_steps, tmp_path,
+                                                               monkeypatch):
+  """results.json held NaN literals (not JSON) for a checkpoint whose eval loss was NaN."""
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  split_metrics = steps.split_metrics
+  monkeypatch.setattr(steps, "split_metrics",
+                      lambda *a, **k: {**split_metrics(*a, **k), "loss": float("nan")})
+  results = evaluate.evaluate_workdir(str(workdir), decode=False)
+  assert results["loss"] is None
+  assert _strict_json(open(results["results_file"]).read())["loss"] is None
 
 
 @pytest.mark.slow
@@ -177,6 +234,18 @@ def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   os.remove(tmp_path / "c" / checkpoint.CONFIG_FILE)
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
     loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
+
+
+def test_a_first_run_that_fails_once_its_data_is_read_leaves_no_workdir(tiny_config, tmp_path,
+                                                                      monkeypatch):
+  """Round 7, item 8: it left the tokenizer.json its data preparation wrote."""
+  def refuse(exp, vocab_size):
+    raise TrainingError("refused once the data was read")
+
+  monkeypatch.setattr(experiment, "check_data_vocab", refuse)
+  with pytest.raises(TrainingError, match="refused once the data was read"):
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()
 
 
 def test_an_error_inside_a_train_step_keeps_its_type_and_traceback(tiny_config, tmp_path,
@@ -295,6 +364,22 @@ def test_a_resume_with_another_optimizer_names_it(five_steps, tiny_config, tmp_p
                      r"whose state its checkpoints hold; this run asks for 'sgd': resume with "
                      r"--config.optimizer=adam, or use a new --workdir.$"):
     loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+
+
+def test_a_model_change_a_resume_accepts_is_warned_and_in_the_checkpoints_record(
+    five_steps, tiny_config, tmp_path, caplog):
+  """Round 7, item 3: dropout 0.1 -> 0.3 under allow_model_change went on unwarned, and
+  config.json then showed 0.3 for the whole run."""
+  workdir = tmp_path / "w"
+  shutil.copytree(five_steps, workdir)
+  tiny_config.update(num_train_steps=6, allow_model_change=True)
+  tiny_config.model.dropout_rate = 0.3
+  with caplog.at_level(logging.WARNING):
+    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+  assert "a different model (dropout_rate 0.1 -> 0.3; allow_model_change=True)" in caplog.text
+  stored = checkpoint.load_params(str(workdir)).record  # the record of step 6
+  assert stored[workdir_checks.CHANGED_ON_RESUME] == [
+      {"step": 5, "changes": ["model.dropout_rate 0.1 -> 0.3"]}]
 
 
 def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tiny_config,

@@ -228,7 +228,7 @@ def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh
   monkeypatch.setattr(report, "trend_plot", lambda *a: "")
   os.symlink(os.path.join(committed, "points"), tmp_path / "points")
   sweep = sweeps.load_sweep(os.path.join(REPO, "configs", "sweeps", f"{name}.py"))
-  command = f"python scripts/sweep.py --config=configs/sweeps/{name}.py --workdir=WORKDIR"
+  command = f"python scripts/sweep.py --sweep=configs/sweeps/{name}.py --workdir=WORKDIR"
   summary = sweeps.aggregate(sweep, str(tmp_path), command=command)
   tables = lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("![")).rstrip()  # noqa: E731
   with open(os.path.join(committed, "results.md")) as f:

@@ -1,10 +1,13 @@
 """The Run (transformer.training.run): one setup of model, mesh, steps and state for every
 caller; each kind of state it makes, and the checks it makes before building anything."""
 
+import gc
+
 import jax
 import numpy as np
 import pytest
 
+from transformer import checkpoint
 from transformer.errors import ConfigError
 from transformer.training import experiment, run
 
@@ -62,3 +65,36 @@ def test_a_chunked_loss_on_gpus_is_one_clear_line(tiny_config):
   with pytest.raises(ConfigError, match=r"^loss_chunk_size=4 makes a GPU step larger") as e:
     run.device_mesh(experiment.parse(tiny_config), gpus)
   assert "\n" not in str(e.value)
+
+
+def _live_bytes() -> int:
+  """The bytes of every array alive on the devices."""
+  gc.collect()
+  return sum(x.nbytes for x in jax.live_arrays())
+
+
+def test_a_resume_holds_one_state_not_a_fresh_one_beside_it(tiny_config, tmp_path, devices,
+                                                            monkeypatch):
+  """Round 7, item 7: `restored` drew a whole fresh state on the devices only to read its
+  shapes, so a resume held the state twice at its peak (when the checkpoint is read)."""
+  exp = experiment.parse(tiny_config)
+  mesh = run.device_mesh(exp, devices[:2])
+  saved = run.fresh(exp, mesh)
+  state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(saved.state))
+  with checkpoint.Checkpointer(str(tmp_path), async_save=False) as ckpt:
+    ckpt.save(3, saved.state)
+  del saved
+  held = []
+  restore = checkpoint.Checkpointer.restore
+
+  def measured(self, *args, **kwargs):  # what is alive once the checkpoint is read
+    out = restore(self, *args, **kwargs)
+    held.append(_live_bytes())
+    return out
+
+  monkeypatch.setattr(checkpoint.Checkpointer, "restore", measured)
+  before = _live_bytes()
+  resumed = run.restored(exp, str(tmp_path), mesh)
+  assert resumed.restored and resumed.start_step == 3
+  assert held[0] - before < 1.5 * state_bytes, (held[0] - before, state_bytes)
+  resumed.checkpointer.close()

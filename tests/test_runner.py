@@ -44,7 +44,7 @@ def test_interrupted_sweep_resumes_and_aggregates_from_results(gcs):
   for name in ("results.md", "results.csv"):
     storage.as_path(storage.join(workdir, name)).unlink()
   proc = subprocess.run(
-      [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--config=SWEEP",
+      [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--sweep=SWEEP",
        f"--workdir={workdir}", "--aggregate_only"], capture_output=True, text=True, cwd=REPO)
   assert proc.returncode != 0 and "error: Sweep file SWEEP does not exist" in proc.stderr
   sweeps.aggregate(sweep, workdir, command="CMD")
@@ -413,7 +413,7 @@ def test_every_printed_launch_line_runs_its_command_alone_whatever_the_values(tm
     got = subprocess.run(["bash", "-c", 'python() { printf "%s\\n" "$@"; }; ' + line],
                          capture_output=True, text=True, cwd=tmp_path, check=True).stdout
     argv = got.splitlines()
-    assert argv[:3] == ["scripts/sweep.py", f"--config={config}", f"--workdir={workdir}"]
+    assert argv[:3] == ["scripts/sweep.py", f"--sweep={config}", f"--workdir={workdir}"]
     assert len(argv) == 4 and argv[3] in (
         "--aggregate_only", *(f"--point={p.name}" for p in sweeps.expand(sweep)))
   assert not canary.exists()

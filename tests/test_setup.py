@@ -1,4 +1,7 @@
-"""setup.py: the installed stack is inside its pins, and its Python floor is one CI tests."""
+"""setup.py: the installed stack is inside its pins, and its Python floor is one CI tests; the
+version and licence declared once; the core is the model layer's needs and the extras the
+rest; every floor is the version CI's Python 3.11 job runs (constraints-py311.txt), and the
+fast-moving five have no cap."""
 
 import importlib.metadata
 import re
@@ -29,7 +32,7 @@ def test_every_installed_requirement_is_inside_setup_pys_pins():
     assert req.specifier.contains(Version(installed), prereleases=True), (
         f"{req.name} {installed} is outside setup.py's {req.specifier}")
     checked += 1
-  assert checked >= 18  # the install_requires list, at least
+  assert checked >= 18  # the core's and the extras' installed here ([test]: train, analysis)
 
 
 def test_python_floor_is_the_oldest_python_ci_tests():
@@ -55,3 +58,102 @@ def test_the_tfds_floor_reads_prepared_datasets_with_todays_protobuf():
   info.splits.add(name="train", shard_lengths=[3])
   back = dataset_info_pb2.DatasetInfo.FromString(info.SerializeToString())
   assert back.splits[0].shard_lengths == [3]
+
+
+# What setup.py declares, read by running it with setuptools.setup replaced (nothing built).
+FAST_MOVING = ("jax", "flax", "optax", "orbax-checkpoint", "grain")  # no upper bound
+
+
+def _declared() -> dict:
+  import runpy
+  from unittest import mock
+  with mock.patch("setuptools.setup") as setup:
+    runpy.run_path(str(REPO / "setup.py"))
+  return setup.call_args.kwargs
+
+
+def _requirements() -> dict[str, list[Requirement]]:
+  """'core' and each extra: its requirements."""
+  kwargs = _declared()
+  return {"core": [Requirement(r) for r in kwargs["install_requires"]],
+          **{extra: [Requirement(r) for r in reqs]
+             for extra, reqs in kwargs["extras_require"].items()}}
+
+
+def _pins() -> dict[str, Version]:
+  """constraints-py311.txt: each package's pinned version, by canonical name."""
+  from packaging.utils import canonicalize_name
+  pins = {}
+  for line in (REPO / "constraints-py311.txt").read_text().splitlines():
+    if line.strip() and not line.startswith("#"):
+      name, _, version = line.partition("==")
+      pins[canonicalize_name(name)] = Version(version)
+  return pins
+
+
+def test_the_version_and_licence_are_declared_once_and_installed():
+  import transformer
+  kwargs = _declared()
+  assert kwargs["version"] == transformer.__version__ == "0.2.0"
+  assert 'version="' not in _setup_text()  # read from transformer/__init__.py, not repeated
+  assert kwargs["license"] == "Apache-2.0"
+  assert "License :: OSI Approved :: Apache Software License" in kwargs["classifiers"]
+  assert (REPO / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
+  meta = importlib.metadata.metadata("transformer")  # what `pip show transformer` reports
+  assert (meta["Version"], meta["License"]) == (transformer.__version__, "Apache-2.0")
+
+
+def test_the_fast_moving_five_have_no_upper_bound():
+  """Only a version known to break may be left out (`!=X`, its comment saying what breaks)."""
+  for extra, reqs in _requirements().items():
+    for req in reqs:
+      if req.name in FAST_MOVING:
+        ops = {spec.operator for spec in req.specifier}
+        assert ops <= {">=", "!="}, f"{extra}: {req} caps {req.name}"
+
+
+def test_every_lower_bound_is_the_version_ci_tests_on_python_3_11():
+  """Each declared package has a floor, the version constraints-py311.txt pins (the versions
+  .ci/run's Python 3.11 job installs and tests)."""
+  from packaging.utils import canonicalize_name
+  pins = _pins()
+  for extra, reqs in _requirements().items():
+    for req in reqs:
+      name = canonicalize_name(req.name)
+      assert name in pins, f"{extra}: {req.name} is not in constraints-py311.txt"
+      floors = [Version(s.version) for s in req.specifier if s.operator == ">="]
+      assert floors == [pins[name]], f"{extra}: {req} (constraints-py311.txt: {pins[name]})"
+
+
+def test_the_core_is_the_model_layer_and_the_extras_add_the_rest():
+  """The core holds what the model layer (.importlinter: transformer.models and below) imports;
+  [test] holds [train] and [analysis] (the README's test command sets everything up); and
+  transformer/extras.py knows each package of [train] and [analysis] by its module."""
+  import ast
+  import configparser
+  from transformer import extras
+  reqs = {extra: {r.name for r in rs} for extra, rs in _requirements().items()}
+  layers = configparser.ConfigParser()
+  layers.read(REPO / ".importlinter")
+  names = [n.strip() for line in layers["importlinter:contract:layers"]["layers"].split("\n")
+           for n in line.split("|") if n.strip()]
+  model_layer = names[names.index("transformer.models"):]
+  imported = set()
+  for module in model_layer:
+    tree = ast.parse((REPO / (module.replace(".", "/") + ".py")).read_text())
+    imported |= {(a.name if isinstance(node, ast.Import) else node.module).split(".")[0]
+                 for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for a in node.names if getattr(node, "level", 0) == 0}
+  third_party = imported - set(sys.stdlib_module_names) - {"transformer"}
+  served = {d for m in third_party for d in importlib.metadata.packages_distributions()[m]}
+  assert served == reqs["core"] == {"jax", "flax", "numpy", "etils"}
+  assert reqs["train"] | reqs["analysis"] <= reqs["test"]
+  assert {e: set(modules) for e, modules in extras.MODULES.items()} == {
+      "train": reqs["train"], "analysis": reqs["analysis"]}
+
+
+def test_ci_tests_the_pinned_floors_on_3_11_and_the_newest_on_3_12():
+  ci = (REPO / ".ci" / "run").read_text()
+  assert 'fresh_env .venv "$(python_of 3.11)" test,tpu -c constraints-py311.txt\n' in ci
+  assert 'fresh_env .venv-newest "$(python_of 3.12)" test\n' in ci
+  assert 'core_env_check .venv-core "$(python_of 3.11)"\n' in ci

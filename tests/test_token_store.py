@@ -1,10 +1,13 @@
 """The token store: what the tokenizer gives, built once however many processes ask, a new
 one for another tokenizer or corpus, never read when damaged, and off a read-only dataset."""
 
+import errno
 import itertools
 import json
 import logging
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -15,8 +18,10 @@ import pytest
 
 import batch_identity as bi
 from conftest import REPO, read_only, script_env
+from transformer import errors
 from transformer.data import pipeline, text, token_store
 from transformer.data.tokenizer import SentencePieceTokenizer
+from transformer.training import workdir_checks
 
 
 def _config(files, tfds_dir, tokenizer="spm", **overrides):
@@ -215,3 +220,121 @@ def test_a_dataset_on_gs_keeps_its_stores_in_the_local_cache(tmp_path, monkeypat
   monkeypatch.setenv(token_store.CACHE_ENV, str(tmp_path / "cache"))
   path = token_store.store_path("gs://bucket/tfds/text_files/x/1.0.0", {"split": "train"})
   assert path.startswith(str(tmp_path / "cache"))
+
+
+_EXAMPLES = [{"targets": np.arange(3, 3 + i % 7 + 1, dtype=np.int32)} for i in range(50)]
+
+
+def _build(home, key="round 7"):
+  return token_store.open_or_build(_EXAMPLES, ("targets",), vocab_size=64, key={"k": key},
+                                   home=str(home), description="test")
+
+
+def test_a_full_disk_during_a_build_names_the_stores_disk(tmp_path, monkeypatch):
+  """Round 7, item 6: the build writes buffered, and its OSError named no file, so a full
+  disk was said as the workdir's."""
+  real_open = open
+
+  class Full:
+    def __init__(self, f):
+      self.f = f
+
+    def write(self, data):
+      raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+      return getattr(self.f, name)
+
+  def full_open(path, mode="r", *args, **kwargs):
+    f = real_open(path, mode, *args, **kwargs)
+    return Full(f) if str(path).endswith(".ids") and "w" in mode else f
+
+  monkeypatch.setattr(token_store, "open", full_open, raising=False)
+  with pytest.raises(OSError) as e:
+    _build(tmp_path / "ds")
+  tokens = tmp_path / "ds" / "tokens"
+  assert errors.full_file(e.value).startswith(f"{tokens}/")
+  assert str(workdir_checks.disk_full_error("/w", e.value)).startswith(
+      f"No space left on the disk of {tokens}/")
+  assert not [n for n in os.listdir(tokens) if ".tmp-" in n]
+
+
+_CUT_SHORT = """
+import os, sys
+import numpy as np
+from transformer.data import token_store
+from transformer.data.packing import PadBatch
+from transformer.errors import RunError
+examples = [{"targets": np.arange(3, 3 + i % 7 + 1, dtype=np.int32)} for i in range(50)]
+store = token_store.open_or_build(examples, ("targets",), vocab_size=64, key={"k": 1},
+                                  home=sys.argv[1], description="test")
+pad = PadBatch(store, 4, 8)
+pad(np.arange(4))
+os.truncate(os.path.join(store.path, "targets.ids"), 0)  # cut short under the running job
+try:
+  pad(np.arange(46, 50))
+except RunError as e:
+  print(e)
+  sys.exit(1)
+"""
+
+
+def test_a_store_cut_short_under_a_running_job_ends_it_in_one_line(tmp_path):
+  """A store file truncated while a job read it killed the job with a bus error (exit 135),
+  no message, the steps since the last checkpoint lost; a rerun rebuilds it."""
+  proc = subprocess.run([sys.executable, "-c", _CUT_SHORT, str(tmp_path)], env=script_env(),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+  [line] = proc.stdout.splitlines()
+  assert re.fullmatch(rf"The token store {tmp_path}/tokens/\S+ was damaged while this run read "
+                      r"it \(targets.ids now holds 0 bytes, not \d+\); rerun the same command: it "
+                      r"builds the store again and resumes from the newest checkpoint.", line)
+  assert _build(tmp_path, key=1)[49]["targets"].tolist() == _EXAMPLES[49]["targets"].tolist()
+
+
+def test_an_intact_store_is_used_wherever_it_lies_read_only_or_not(tmp_path, monkeypatch):
+  """An intact store beside a read-only dataset was never used: it was built again in the
+  cache, and the run refused where no cache could be written."""
+  built = _build(tmp_path / "ds")
+  (tmp_path / "not a directory").write_text("x")
+  monkeypatch.setenv(token_store.CACHE_ENV, str(tmp_path / "not a directory" / "cache"))
+  with read_only(tmp_path / "ds"):
+    store = _build(tmp_path / "ds")
+  assert store.path == built.path and store[49]["targets"].tolist() == [3]
+
+
+def test_the_temporary_folders_of_killed_builds_go_with_the_next_build(tmp_path):
+  """A build killed with SIGKILL left its <store>.tmp-PID-uuid folder for good."""
+  tokens = tmp_path / "tokens"
+  killed = subprocess.Popen([sys.executable, "-c", "pass"])
+  killed.wait()  # a PID that runs no more
+  dead = [tokens / f"train-x.tmp-{killed.pid}-0123abcd",  # the name builds gave before
+          tokens / f"train-y.tmp-{socket.gethostname()}-{killed.pid}-4567cdef"]
+  alive = [tokens / f"train-z.tmp-{os.getpid()}-89abcdef",  # a build that still runs
+           tokens / f"train-z.tmp-another-host-{killed.pid}-89abcdef"]  # not ours to ask
+  for d in dead + alive:
+    d.mkdir(parents=True)
+  _build(tmp_path)
+  assert not any(d.exists() for d in dead) and all(d.exists() for d in alive)
+
+
+def test_a_cache_on_an_object_store_is_one_line(tmp_path, monkeypatch):
+  """TRANSFORMER_TOKEN_CACHE=gs://bucket/x made a local ./gs:/bucket/x folder and used it."""
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setenv(token_store.CACHE_ENV, "gs://bucket/x")
+  with pytest.raises(errors.ConfigError, match=r"^TRANSFORMER_TOKEN_CACHE=gs://bucket/x is not "
+                     r"a local directory; .*set it to a local path"):
+    token_store.open_or_build(_EXAMPLES, ("targets",), vocab_size=64, key={"k": 1},
+                              home="gs://bucket/tfds", description="test")
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_meta_json_that_is_a_directory_is_a_damaged_store(tmp_path, caplog):
+  """It was an IsADirectoryError traceback."""
+  built = _build(tmp_path)
+  os.remove(os.path.join(built.path, token_store.META))
+  os.mkdir(os.path.join(built.path, token_store.META))
+  with caplog.at_level(logging.WARNING):
+    store = _build(tmp_path)
+  assert "is damaged (IsADirectoryError" in caplog.text
+  assert store.path == built.path and store[49]["targets"].tolist() == [3]

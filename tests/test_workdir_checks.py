@@ -4,6 +4,7 @@ import errno
 import json
 import logging
 import os
+import re
 import socket
 
 import pytest
@@ -259,3 +260,87 @@ def test_a_directory_where_a_run_writes_a_file_is_one_line(tmp_path):
     experiment.parse(_config(tfds_data_dir=str(tmp_path / "file")))
   with pytest.raises(ConfigError, match=r"^--tfds_data_dir=.*file is a file"):
     settings.check_tfds_data_dir(str(tmp_path / "file"), "--tfds_data_dir")
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_extending_a_run_whose_schedule_decays_over_its_steps_is_refused(tmp_path, caplog,
+                                                                         schedule):
+  """Round 7, item 1: a cosine run extended from 20 to 40 steps went from 4.1e-5 at step 20
+  back to 5.6e-4 at step 30, unsaid, and its record read as one longer cosine run."""
+  _recorded_run(tmp_path, _config(schedule=schedule, num_train_steps=20))
+  longer = _config(schedule=schedule, num_train_steps=40)
+  with pytest.raises(TrainingError, match=rf"^Workdir .* was trained on the '{schedule}' "
+                     r"schedule, which decays over num_train_steps=20: num_train_steps=40 would "
+                     r"change its rate .*--config.schedule=constant or rsqrt.*"
+                     r"--config.allow_config_change=True .*changed_on_resume\)\.$") as e:
+    workdir_checks.check_resumable(str(tmp_path), longer, MODEL, has_checkpoints=True)
+  assert "\n" not in str(e.value)
+  longer.allow_config_change = True
+  with caplog.at_level(logging.WARNING):
+    workdir_checks.check_resumable(str(tmp_path), longer, MODEL, has_checkpoints=True)
+  assert "num_train_steps 20 -> 40" in caplog.text
+  assert workdir_checks.resume_history(str(tmp_path), longer, 20) == [
+      {"step": 20, "changes": ["num_train_steps 20 -> 40"]}]
+  # Fewer steps than its checkpoint: its own length is the way on, not "N or more".
+  with pytest.raises(TrainingError, match=r"pass --config.num_train_steps=20 \(the length its "
+                     rf"'{schedule}' schedule decays over\) to continue it"):
+    workdir_checks.check_steps(str(tmp_path), _config(schedule=schedule, num_train_steps=10),
+                               [20])
+
+
+@pytest.mark.parametrize("schedule", ["rsqrt", "constant"])
+def test_a_schedule_that_does_not_decay_extends_as_before(tmp_path, caplog, schedule):
+  _recorded_run(tmp_path, _config(schedule=schedule, num_train_steps=20))
+  longer = _config(schedule=schedule, num_train_steps=40)
+  with caplog.at_level(logging.WARNING):
+    assert workdir_checks.check_resumable(str(tmp_path), longer, MODEL, True) is False
+  assert not caplog.text and workdir_checks.resume_history(str(tmp_path), longer, 20) == []
+
+
+def test_every_change_a_resume_accepts_is_warned_once_and_recorded(tmp_path, caplog):
+  """Round 7, item 3: a model change under allow_model_change went on unwarned, and neither it
+  nor a data change under allow_data_change was in the record (dropout 0.1 -> 0.3 tried); a
+  seed change changes the dropout masks too."""
+  _recorded_run(tmp_path, _config())
+  config = _config(seed=7, learning_rate=0.5, allow_model_change=True,
+                   allow_config_change=True, allow_data_change=True)
+  dropout = ModelConfig(**{**MODEL.to_dict(), "dropout_rate": 0.3})
+  with caplog.at_level(logging.WARNING):
+    assert workdir_checks.check_resumable(str(tmp_path), config, dropout, True) is True
+  [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  for said in ("dropout_rate 0.1 -> 0.3; allow_model_change=True",
+               "learning_rate", "seed 0 -> 7", "allow_data_change=True",
+               "the seed also draws the dropout masks", "changed_on_resume"):
+    assert said in warning, said
+  history = workdir_checks.resume_history(str(tmp_path), config, 30, dropout, {})
+  assert history == [{"step": 30, "changes": [
+      "model.dropout_rate 0.1 -> 0.3", f"learning_rate {_config().learning_rate!r} -> 0.5",
+      "seed 0 -> 7 (the data order and the dropout masks)"]}]
+
+
+@pytest.mark.parametrize("field, value", [("train_split", "train[:50%]"),
+                                          ("source_lang", "fr"), ("target_lang", "de")])
+def test_a_field_that_selects_the_streams_examples_is_a_data_stream_field(tmp_path, field, value):
+  """Round 7, item 4: under allow_config_change a changed train split or language pair had
+  the saved iterator position restored into other examples."""
+  _recorded_run(tmp_path, _config())
+  config = _config(allow_config_change=True, **{field: value})
+  with pytest.raises(TrainingError, match=rf"another data stream \({field} .* -> "
+                     rf"{re.escape(repr(value))}\).*allow_data_change=True"):
+    workdir_checks.check_resumable(str(tmp_path), config, MODEL, True,
+                                   workdir_checks.run_identity(config, str(tmp_path), 1))
+
+
+def test_a_max_len_change_is_refused_once_naming_both_flags(tmp_path):
+  """Round 7, item 8: refused as a model change, then, allowed that, as a data change."""
+  _recorded_run(tmp_path, _config())
+  longer = ModelConfig(**{**MODEL.to_dict(), "max_len": 64})
+  config = _config(max_len=64)
+  with pytest.raises(TrainingError, match=r"^Workdir .* holds another run: a different model "
+                     r"\(max_len 8 -> 64\); another data stream \(max_len 32 -> 64\); .*pass "
+                     r"--config.allow_model_change=True and --config.allow_data_change=True "
+                     r"to go on") as e:
+    workdir_checks.check_resumable(str(tmp_path), config, longer, True)
+  assert "\n" not in str(e.value)
+  config.update(allow_model_change=True, allow_data_change=True)
+  assert workdir_checks.check_resumable(str(tmp_path), config, longer, True) is True

@@ -100,7 +100,7 @@ def test_a_metric_window_sums_its_steps_and_stops_at_a_non_finite_loss():
             "weight_sum": np.float32(weight), "learning_rate": np.float32(1e-3),
             "grad_norm": np.float32(grad_norm), "param_norm": np.float32(5)}
   stopped = []
-  window = writers.MetricWindow(stopped.append)
+  window = writers.MetricWindow(lambda step, name, value: stopped.append((step, name)))
   window.add(step(4.0, 2.0, 1.0))
   window.add(step(12.0, 2.0, 3.0))
   assert window.first_step(2) == 1  # steps 1-2
@@ -116,7 +116,11 @@ def test_a_metric_window_sums_its_steps_and_stops_at_a_non_finite_loss():
   window.add(step(1.0, 2.0, 1.0))
   window.add(step(float("nan"), 2.0, 1.0))
   window.summary(6)
-  assert stopped == [6]  # the step whose loss was not finite
+  assert stopped == [(6, "loss")]  # the step whose loss was not finite
+  # The params after the last update, which no train loss measured: their norm says so.
+  window.add({**step(1.0, 2.0, 1.0), "param_norm": np.float32("inf")})
+  window.check(7)
+  assert stopped == [(6, "loss"), (7, "param_norm")]
 
 
 def test_a_full_disk_under_the_event_writer_thread_ends_the_writes_in_one_error(tmp_path,

@@ -2,9 +2,9 @@
 
 Every script runs `main` through `run_script`: a `UserError` (transformer/errors.py) ends with
 `error: MESSAGE` and exit 1, anything else keeps its traceback; libraries' INFO chatter is
-kept off the terminal (`library_log_filter`). The decoding flags that decode.py and
-evaluate.py share are defined here, once. This module sits on top of the layers, beside
-research/; nothing in the package imports it.
+kept off the terminal (`library_log_filter`, `known_tfds_chatter`). The decoding flags that
+decode.py and evaluate.py share are defined here, once. This module sits on top of the
+layers, beside research/; nothing in the package imports it.
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ def run_script(main: Callable[[Sequence[str]], Any]) -> None:
   logging.getLogger("asyncio").addFilter(_abandoned_task_filter)
   # On absl's handler, which every logger's records reach: orbax's (through absl) and jax's.
   absl_logging.get_absl_handler().addFilter(library_log_filter)
+  # Here, not where transformer.data is imported: an import changes no global logger.
+  logging.getLogger("absl").addFilter(known_tfds_chatter)
   started = False
 
   def wrapped(argv: Sequence[str]) -> Any:
@@ -197,6 +199,18 @@ def library_log_filter(record: logging.LogRecord) -> bool:
     return False
   return not (f"{os.sep}orbax{os.sep}" in record.pathname and record.exc_info
               and (disk_full(record.exc_info[1]) or errors.not_writable(record.exc_info[1])))
+
+
+def known_tfds_chatter(record: logging.LogRecord) -> bool:
+  """Drops two TFDS warnings that say nothing to act on: "Using custom data configuration"
+  for a config of this package's builders (transformer/data makes one per parameter set, by
+  design, and TFDS warns for every config its builder class does not list), and "Variant
+  folder ... has no dataset_info.json" when it looks for a prepared version of a dataset that
+  a first run has not prepared yet (`data.prepared` then prepares it)."""
+  message = str(record.msg)
+  ours = bool(record.args) and type(record.args[0]).__module__.startswith("transformer.data.")
+  return not ((message.startswith("Using custom data configuration") and ours)
+              or message.startswith("Variant folder %s has no"))
 
 
 def config_flag_message(e: BaseException, argv: Optional[Sequence[str]] = None) -> str:

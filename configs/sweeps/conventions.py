@@ -2,7 +2,7 @@
 optimizers. (1) E ~ N(0, 1/d), input sqrt(d) E, logits h.E^T (the paper); (2) E ~ N(0, 1),
 input E, logits h.E^T / sqrt(d) (Flax WMT, T5). Do the loss curves coincide? The relative
 update ||dE|| / ||E|| of the embedding is logged every 50 steps (experiment 7).
-  python scripts/sweep.py --config=configs/sweeps/conventions.py --workdir=/tmp/sweeps/conventions
+  python scripts/sweep.py --sweep=configs/sweeps/conventions.py --workdir=/tmp/sweeps/conventions
 """
 
 from transformer.research.sweeps import Sweep

@@ -13,7 +13,7 @@ Arms (embedding init std, embedding scale and where it applies, output logits sc
 The learning rate is searched per arm in factor-2 steps from 2.5e-3 to 2e-2, extended past
 an edge where an arm's best lies on it; chosen on validation loss, reported on a held-out
 test split (2% of the paragraphs, not seen in training or selection).
-  python scripts/sweep.py --config=configs/sweeps/e1_tuned.py --workdir=docs/sweeps/e1_tuned
+  python scripts/sweep.py --sweep=configs/sweeps/e1_tuned.py --workdir=docs/sweeps/e1_tuned
 (docs/sweeps/e1_tuned holds the committed per-point results: `--aggregate_only` rebuilds the
 tables from them, and the command above continues an unfinished grid.)
 """

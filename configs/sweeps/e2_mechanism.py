@@ -5,7 +5,7 @@ embedding scale {none, sqrt(d)} x tied / untied output projection (the tied d^-0
 E1's paper and no_scale arms, not rerun), each arm at its own best learning rate (a coarser
 grid than E1's, around its optima; extended past an edge), 3 seeds.
 The posemb_scale side of the balance is configs/sweeps/e2_posemb_scale.py.
-  python scripts/sweep.py --config=configs/sweeps/e2_mechanism.py --workdir=docs/sweeps/e2_mechanism
+  python scripts/sweep.py --sweep=configs/sweeps/e2_mechanism.py --workdir=docs/sweeps/e2_mechanism
 """
 
 from transformer.research.sweeps import Sweep

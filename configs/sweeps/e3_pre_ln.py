@@ -7,7 +7,7 @@ norm_position='pre' x {no scale, sqrt(d) on the token, a norm on the summed inpu
 3 seeds (and 2 more at each chosen rate); loss and gradient-norm spikes counted per 10-step window after warmup
 (transformer.research.sweeps.stats.spike_stats: a step's loss 20% above the previous
 window's mean, a step's gradient norm over 4x the run's median).
-  python scripts/sweep.py --config=configs/sweeps/e3_pre_ln.py --workdir=docs/sweeps/e3_pre_ln
+  python scripts/sweep.py --sweep=configs/sweeps/e3_pre_ln.py --workdir=docs/sweeps/e3_pre_ln
 """
 
 from transformer.research.sweeps import Sweep

@@ -3,7 +3,7 @@ its best rate of E1 (docs/sweeps/e1_tuned: 1e-2, 1e-2 and 2e-2, chosen on valida
 factor-2 grids), trained 3000 steps instead of 400: 2.9 epochs of the 2.11 M train tokens
 instead of 0.39. Does the test NLL gap close, and does the token/PE ratio of the no-scale arm
 recover? 3 seeds; diagnostics every 250 steps.
-  python scripts/sweep.py --config=configs/sweeps/e4_longer.py --workdir=docs/sweeps/e4_longer
+  python scripts/sweep.py --sweep=configs/sweeps/e4_longer.py --workdir=docs/sweeps/e4_longer
 """
 
 from transformer.research.sweeps import Sweep

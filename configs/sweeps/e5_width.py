@@ -8,7 +8,7 @@ one shared rate); d_model 256 is cut: a point costs about 9 times a d_model-64 o
 cores (about 7 process-hours for its grid). The paper arms double as E6's d_model axis at a
 fixed head count (d_k 8, 16, 32, Xavier, 1/sqrt(d_k)): their result.json holds every
 first-layer Var(q.k) diagnostic.
-  python scripts/sweep.py --config=configs/sweeps/e5_width.py --workdir=docs/sweeps/e5_width
+  python scripts/sweep.py --sweep=configs/sweeps/e5_width.py --workdir=docs/sweeps/e5_width
 """
 
 from transformer.research.sweeps import Sweep

@@ -14,7 +14,7 @@ qk_alignment (within-row Var(q.k) over what random key directions would give: 1 
 alignment) of the first layer. Learning rate tuned per arm on one seed (chosen on validation;
 cut from three seeds to fit the budget: near-ties between rates matter little to the
 comparison), then 5 seeds at each chosen rate, reported on test.
-  python scripts/sweep.py --config=configs/sweeps/e6_head_dim.py --workdir=docs/sweeps/e6_head_dim
+  python scripts/sweep.py --sweep=configs/sweeps/e6_head_dim.py --workdir=docs/sweeps/e6_head_dim
 """
 
 from transformer.research.sweeps import Sweep

@@ -5,7 +5,7 @@ signal, and what scaling after the positional encoding is added would do instead
 logged every 50 steps, overall and by token-frequency quartile (bucket_0 = most frequent).
 The first layer's q.k statistics show what the embedding scale does to the attention after
 the 1/sqrt(d_k) (question 3).
-  python scripts/sweep.py --config=configs/sweeps/embed_ratio.py --workdir=/tmp/sweeps/embed_ratio
+  python scripts/sweep.py --sweep=configs/sweeps/embed_ratio.py --workdir=/tmp/sweeps/embed_ratio
 """
 
 from transformer.research.sweeps import Sweep

@@ -21,7 +21,7 @@ Both layers' within-row logit variance and largest |logit| are stored through tr
 learning-rate sensitivity (tuning.sensitivity) reads seeds 0-2 over the 5e-3 to 8e-2 grid.
 Cuts (budget): 3 choosing seeds, not more; the arms run in the order above, so a partial run
 holds whole arms.
-  python scripts/sweep.py --config=configs/sweeps/m1_lr_ceiling.py --workdir=docs/sweeps/m1_lr_ceiling
+  python scripts/sweep.py --sweep=configs/sweeps/m1_lr_ceiling.py --workdir=docs/sweeps/m1_lr_ceiling
 """
 
 from transformer.research.sweeps import Sweep

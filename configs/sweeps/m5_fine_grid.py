@@ -13,7 +13,7 @@ Arms, each against the paper by seed:
   inv_dk     the paper with 1/d_k (E6: 0.029-0.051 nats better at d_k 8-64)
   pe_x2      the paper with the PE doubled, ratio 0.71 (E2: 0.045 nats worse)
 65 runs (three edges extended by one step), about 35 minutes of both cores on the 2-core machine.
-  python scripts/sweep.py --config=configs/sweeps/m5_fine_grid.py --workdir=docs/sweeps/m5_fine_grid
+  python scripts/sweep.py --sweep=configs/sweeps/m5_fine_grid.py --workdir=docs/sweeps/m5_fine_grid
 """
 
 from transformer.research.sweeps import Sweep

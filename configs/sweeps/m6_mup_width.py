@@ -13,7 +13,7 @@ seeds 0-2 choose, seeds 3-5 report (fresh_report); one data split for every seed
 (split_seed=0). The arms run in order, so a partial run holds whole arms. 78 runs, about
 70 minutes of both cores on the 2-core machine (per point, two at a time: about 70 s at
 d_model 32, 90 s at 64, 135 s at 128).
-  python scripts/sweep.py --config=configs/sweeps/m6_mup_width.py --workdir=docs/sweeps/m6_mup_width
+  python scripts/sweep.py --sweep=configs/sweeps/m6_mup_width.py --workdir=docs/sweeps/m6_mup_width
 """
 
 from transformer.research.sweeps import Sweep

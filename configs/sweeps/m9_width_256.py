@@ -24,7 +24,7 @@ are the only seeds reported (fresh_report); one data split for every seed (split
 run stores its test examples' NLL (the intervals' test-set term). About 27 runs of about 25 minutes
 each with two sweep processes side by side on a 2-core machine (about 6 hours in all); a
 stopped sweep resumes where it stopped, and two processes share the points.
-  python scripts/sweep.py --config=configs/sweeps/m9_width_256.py --workdir=docs/sweeps/m9_width_256
+  python scripts/sweep.py --sweep=configs/sweeps/m9_width_256.py --workdir=docs/sweeps/m9_width_256
 """
 
 import math

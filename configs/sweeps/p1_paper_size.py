@@ -103,9 +103,9 @@ On one H200 the benchmark's step is 9.8 ms, but the points trained at 33-44 step
 with the grain pipeline of then, 73-124 s a point in the lease of 2026-11-28
 (docs/gpu-runs/2026-11-28-h200); the dry run prints each point's time at the finished points'
 own pace:
-  python scripts/sweep.py --config=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size \
+  python scripts/sweep.py --sweep=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size \
       --dry_run --pace_from=docs/sweeps/p1_paper_size --lease_seconds=480
-  python scripts/sweep.py --config=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size \
+  python scripts/sweep.py --sweep=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size \
       --compilation_cache=/tmp/jax_cache --time_budget=480
 docs/research_tools.md says how to run it on a GPU host or a TPU VM.
 """

@@ -24,9 +24,9 @@ reporting seeds are in): the difference of two sizes' costs, paired by seed (one
 split and data order; the initial draws differ across sizes) and by Welch's unpaired interval.
 No point of these smaller models has run, so the dry run's times are P1's 512 x 6 pace, an
 upper bound ('at most').
-  python scripts/sweep.py --config=configs/sweeps/p1_sizes.py --workdir=docs/sweeps/p1_sizes \
+  python scripts/sweep.py --sweep=configs/sweeps/p1_sizes.py --workdir=docs/sweeps/p1_sizes \
       --dry_run --pace_from=docs/sweeps/p1_paper_size --lease_seconds=480
-  python scripts/sweep.py --config=configs/sweeps/p1_sizes.py --workdir=docs/sweeps/p1_sizes \
+  python scripts/sweep.py --sweep=configs/sweeps/p1_sizes.py --workdir=docs/sweeps/p1_sizes \
       --compilation_cache=/tmp/jax_cache --time_budget=480
 """
 

@@ -2,7 +2,7 @@
 eval loss at 1x, 2x and 4x the training length (64 tokens). Sinusoids in both layouts (the
 paper interleaves sin/cos, tensor2tensor concatenates halves), learned (table sized for 4x,
 positions past 64 never trained), RoPE, none (causal attention alone).
-  python scripts/sweep.py --config=configs/sweeps/positions.py --workdir=/tmp/sweeps/positions
+  python scripts/sweep.py --sweep=configs/sweeps/positions.py --workdir=/tmp/sweeps/positions
 """
 
 from transformer.research.sweeps import Sweep

@@ -2,7 +2,7 @@
 training. The slope of log Var(q.k) against log d_k is 1 when q and k have iid components
 (the paper's argument for 1/sqrt(d_k)) and 2 when q and k are correlated (muP's for 1/d_k).
 d_model 64 and 4 heads throughout; head_dim sets d_k.
-  python scripts/sweep.py --config=configs/sweeps/qk_variance.py --workdir=/tmp/sweeps/qk_variance
+  python scripts/sweep.py --sweep=configs/sweeps/qk_variance.py --workdir=/tmp/sweeps/qk_variance
 """
 
 from transformer.research.sweeps import Sweep

@@ -20,7 +20,7 @@ arm's chosen rate (5e-3 in results.md), not searched: the budget of the 2 cores 
 four arms' searches first. Diagnostics: the token/PE ratio and the first
 self-attention's within-row logit variance and entropy deficit, for the encoder (source,
 bidirectional) and the decoder (target, causal) separately.
-  python scripts/sweep.py --config=configs/sweeps/t1_translate.py --workdir=docs/sweeps/t1_translate
+  python scripts/sweep.py --sweep=configs/sweeps/t1_translate.py --workdir=docs/sweeps/t1_translate
 """
 
 from transformer.research.sweeps import Sweep

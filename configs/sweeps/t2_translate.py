@@ -4,7 +4,7 @@ English-German translation at d_model 256 (4 heads of d_k 64, the paper's head s
 64 x 64 tokens, the shared vocabulary tying both embeddings and the pre-softmax projection,
 test NLL and sacreBLEU of beam search, beam 4) on the German message catalogs:
   python scripts/make_corpus.py --out=data/catalogs_en_de.tsv
-  python scripts/sweep.py --config=configs/sweeps/t2_translate.py --workdir=docs/sweeps/t2_translate
+  python scripts/sweep.py --sweep=configs/sweeps/t2_translate.py --workdir=docs/sweeps/t2_translate
 
 Each arm is run at its T1 (d_model 128) best rate, 5e-3 for all three, and one neighbour,
 half of it: in the language model the best rate fell as the width grew (E5). The cut to fit

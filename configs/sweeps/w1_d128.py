@@ -1,6 +1,6 @@
 """W1 at d_model 128, 4 layers: the declaration, its reading and its budget are in
 configs/sweeps/w1_d64.py.
-  python scripts/sweep.py --config=configs/sweeps/w1_d128.py --workdir=docs/sweeps/w1_d128
+  python scripts/sweep.py --sweep=configs/sweeps/w1_d128.py --workdir=docs/sweeps/w1_d128
 """
 
 import os

@@ -45,9 +45,9 @@ Declared before the first point ran:
 Budget: 27 points at d_model 64 (3 arms) and 36 at 128 (4 arms), before any edge extension;
 --dry_run prints each with its expected time here. M9's points took a median of 1,655 s each
 on this machine's 2 cores with two sweep processes side by side.
-  python scripts/sweep.py --config=configs/sweeps/w1_d64.py --workdir=docs/sweeps/w1_d64 --dry_run
-  python scripts/sweep.py --config=configs/sweeps/w1_d64.py --workdir=docs/sweeps/w1_d64
-  python scripts/sweep.py --config=configs/sweeps/w1_d128.py --workdir=docs/sweeps/w1_d128
+  python scripts/sweep.py --sweep=configs/sweeps/w1_d64.py --workdir=docs/sweeps/w1_d64 --dry_run
+  python scripts/sweep.py --sweep=configs/sweeps/w1_d64.py --workdir=docs/sweeps/w1_d64
+  python scripts/sweep.py --sweep=configs/sweeps/w1_d128.py --workdir=docs/sweeps/w1_d128
 """
 
 import math

@@ -92,6 +92,7 @@ class PadBatch:
   def _write(self, pieces: Mapping[str, Pieces], packed: bool, split: bool = False) -> Batch:
     """Every key's pieces written with one gather from the store and one scatter into the
     flat rows (pieces come in row order, each row's from its first column on)."""
+    self.store.check_intact()  # a file cut short under this job: one line, not a bus error
     cells = self.rows * self.max_len
     batch, truncated, first = {}, 0, None
     for k in self.keys:
@@ -341,8 +342,12 @@ class Prefetch(grain.DatasetIterator):
     self._thread = None
     self._inner.set_state(self._handed)
 
+  # Bound here: at interpreter exit grain's __del__ calls close after the module's globals
+  # are gone (`sys` is None), and the AttributeError was printed as "Exception ignored".
+  _finalizing = staticmethod(sys.is_finalizing)
+
   def close(self) -> None:
-    if not sys.is_finalizing():
+    if not self._finalizing():
       self._halt()
 
 

@@ -11,7 +11,9 @@ On disk, a directory `<split>-<key hash>` of:
   KEY.offsets      int64 [examples + 1]: example i is ids[offsets[i]:offsets[i + 1]]
 Where: `tokens/` beside the prepared TFDS dataset (its version directory), or, where that
 cannot be written (a read-only or gs:// dataset), under TRANSFORMER_TOKEN_CACHE (default
-~/.cache/transformer/tokens). The key names the prepared data (its dataset_info.json and its
+~/.cache/transformer/tokens; a local directory: a store is memory-mapped). An intact store is
+opened wherever it lies, a read-only dataset's own included; only a build needs a writable
+place. The key names the prepared data (its dataset_info.json and its
 files' names, sizes and modification times), the split, how examples are read (fields, a
 pair joined for a language model) and the tokenizer's bytes: any change makes a new store.
 
@@ -19,7 +21,10 @@ A store is written into a temporary directory and renamed into place, so readers
 half of one; a file lock keeps two processes of one host from building it twice, and two hosts
 sharing a file system race harmlessly (the loser's rename fails, it opens the winner's). Every
 open checks each file's length and sha1 against meta.json: a damaged store is rebuilt, never
-read. The build reads the source in chunks over the host's cores (spawned processes).
+read; a file of it cut short while a job reads it ends the job in one line (each batch
+asks first, `TokenStore.check_intact`) instead of a bus error. A build killed outright
+leaves its temporary directory, which the next build of that directory removes. The build
+reads the source in chunks over the host's cores (spawned processes).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import socket
 import sys
 import time
 import uuid
@@ -44,7 +50,7 @@ from tqdm import tqdm
 
 from transformer import storage
 from transformer.data.prepared import read_examples
-from transformer.errors import RunError
+from transformer.errors import ConfigError, RunError
 
 FORMAT = 1
 META = "meta.json"
@@ -62,9 +68,15 @@ class _Damaged(Exception):
 
 
 def cache_root() -> str:
-  """Where stores go when the prepared dataset's directory cannot hold them."""
-  return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
+  """Where stores go when the prepared dataset's directory cannot hold them: a local
+  directory (a store is memory-mapped; `gs://...` would be a local folder named 'gs:')."""
+  root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
                                                    "transformer", "tokens")
+  if "://" in root:
+    raise ConfigError(f"{CACHE_ENV}={root} is not a local directory; token stores are "
+                      "memory-mapped from a local disk: set it to a local path (or unset it "
+                      "for ~/.cache/transformer/tokens).")
+  return root
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
@@ -84,6 +96,24 @@ class TokenStore:
   origins: Optional[Sequence[Example]] = dataclasses.field(default=None, repr=False)
   path: Optional[str] = None  # None: held in memory
   _lengths: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+  # (file, device, inode, bytes) of each file mapped: what `check_intact` holds them to.
+  _mapped: tuple[tuple[str, int, int, int], ...] = dataclasses.field(default=(), repr=False)
+
+  def check_intact(self) -> None:
+    """A one-line RunError where a file this store maps was cut short since it was opened:
+    reading its lost end would kill the process with a bus error and no word. (A file
+    replaced or removed is no harm: the map holds the old one.) A few stat calls: each batch
+    asks before it reads."""
+    for file, device, inode, size in self._mapped:
+      try:
+        now = os.stat(file)
+      except OSError:
+        continue
+      if (now.st_dev, now.st_ino) == (device, inode) and now.st_size < size:
+        raise RunError(f"The token store {self.path} was damaged while this run read it "
+                       f"({os.path.basename(file)} now holds {now.st_size} bytes, not {size}); "
+                       "rerun the same command: it builds the store again and resumes from "
+                       "the newest checkpoint.")
 
   def __len__(self) -> int:
     return len(self.offsets[self.keys[0]]) - 1
@@ -91,6 +121,7 @@ class TokenStore:
   def lengths(self, key: str) -> np.ndarray:
     """int64 [examples]: each example's token count for `key`."""
     if key not in self._lengths:
+      self.check_intact()  # reads the whole offsets map, once
       self._lengths[key] = np.diff(self.offsets[key])
     return self._lengths[key]
 
@@ -193,8 +224,15 @@ def _writable_dir(path: str) -> bool:
   return os.access(path, os.W_OK | os.X_OK)
 
 
+def _places(home: Optional[str], key: Mapping[str, Any]) -> list[str]:
+  """Where the store may lie: beside a local prepared dataset (home/tokens/NAME), then in
+  the cache (cache_root()/NAME)."""
+  local = [os.path.join(home, "tokens", _name(key))] if home and "://" not in home else []
+  return local + [os.path.join(cache_root(), _name(key))]
+
+
 def store_path(home: Optional[str], key: Mapping[str, Any]) -> str:
-  """The store's directory: home/tokens/NAME where home is local and writable, else the
+  """Where the store is built: home/tokens/NAME where home is local and writable, else the
   cache's (cache_root()/NAME)."""
   if home and "://" not in home and _writable_dir(os.path.join(home, "tokens")):
     return os.path.join(home, "tokens", _name(key))
@@ -208,14 +246,16 @@ def store_path(home: Optional[str], key: Mapping[str, Any]) -> str:
 def open_or_build(source: Sequence[Example], keys: Sequence[str], *, vocab_size: int,
                   key: Mapping[str, Any], home: Optional[str], description: str,
                   workers: Optional[int] = None) -> TokenStore:
-  """The store of `source` under `key`: opened if built and intact, else built (once, by one
-  process) and opened. `source` is random access to examples {KEY: int ids, 'origin': ...}
-  (it must pickle, for the worker processes, when it is large)."""
+  """The store of `source` under `key`: opened if built and intact wherever it lies (beside
+  the dataset, read-only or not, or in the cache), else built (once, by one process) where
+  it can be written, and opened. `source` is random access to examples {KEY: int ids,
+  'origin': ...} (it must pickle, for the worker processes, when it is large)."""
   keys = tuple(keys)
+  for place in _places(home, key):
+    store = _try_open(place, key, keys, source)
+    if isinstance(store, TokenStore):
+      return store
   path = store_path(home, key)
-  store = _try_open(path, key, keys, source)
-  if isinstance(store, TokenStore):
-    return store
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with filelock.FileLock(path + ".lock"):
     store = _try_open(path, key, keys, source)  # built (or mended) while this one waited
@@ -224,6 +264,7 @@ def open_or_build(source: Sequence[Example], keys: Sequence[str], *, vocab_size:
     if store is not None:  # damaged: set aside under the lock, so no reader races a rebuild
       logging.warning("The token store %s is damaged (%s); it is built again.", path, store)
       _remove(path)
+    _remove_dead_builds(os.path.dirname(path))
     _build(source, keys, vocab_size, key, path, description, workers)
     store = _try_open(path, key, keys, source)
   if not isinstance(store, TokenStore):
@@ -232,16 +273,55 @@ def open_or_build(source: Sequence[Example], keys: Sequence[str], *, vocab_size:
   return store
 
 
+_HOST = socket.gethostname()
+
+
+def _temp_name(path: str) -> str:
+  """A build's temporary directory beside `path`: PATH.tmp-HOST-PID-RANDOM (who builds it)."""
+  return f"{path}.tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _remove_dead_builds(directory: str) -> None:
+  """Removes the temporary directories in `directory` of builds whose process is gone (killed
+  with SIGKILL, they stay for good): those of this host (or of an older name without one,
+  PATH.tmp-PID-RANDOM) whose PID runs no more. Another host's are left: its PIDs are not
+  this host's to ask."""
+  with contextlib.suppress(OSError):
+    for name in os.listdir(directory):
+      owner = name.rpartition(".tmp-")[2].split("-") if ".tmp-" in name else []
+      if len(owner) < 2 or not owner[-2].isdigit():
+        continue
+      host = "-".join(owner[:-2])
+      if host in ("", _HOST) and not _alive(int(owner[-2])):
+        logging.info("Removing %s, left by a build that was killed.", name)
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except OSError:  # another user's process: it runs
+    return True
+  return True
+
+
 def _try_open(path: str, key: Mapping[str, Any], keys: tuple[str, ...],
               origins: Sequence[Example]) -> Union[TokenStore, str, None]:
   """The store at path; None where there is none; what is wrong, in words, where it does not
   read back as written (a file cut short, altered or missing, another key). Any other error
   (the disk's, the permissions') is raised: it says nothing of the store."""
-  if not os.path.exists(os.path.join(path, META)):
+  if not os.path.lexists(path):
+    return None
+  if not os.path.isdir(path):
+    return "it is not a directory"
+  if not os.path.lexists(os.path.join(path, META)):
     return None
   try:
     return _open(path, key, keys, origins)
-  except (_Damaged, ValueError, KeyError, TypeError, FileNotFoundError) as e:
+  except (_Damaged, ValueError, KeyError, TypeError, FileNotFoundError, IsADirectoryError,
+          NotADirectoryError) as e:  # the last two: a file where a directory is, or back
     return f"{type(e).__name__}: {e}"
 
 
@@ -251,7 +331,7 @@ def _open(path: str, key: Mapping[str, Any], keys: tuple[str, ...],
     meta = json.load(f)
   if meta.get("key") != json.loads(json.dumps(key)):
     raise _Damaged("its key is not this split's")
-  ids, offsets = {}, {}
+  ids, offsets, mapped = {}, {}, []
   for k in keys:
     for part, target in (("ids", ids), ("offsets", offsets)):
       name = f"{k}.{part}"
@@ -267,11 +347,14 @@ def _open(path: str, key: Mapping[str, Any], keys: tuple[str, ...],
       # (An empty file cannot be mapped: no tokens is an empty array.)
       target[k] = np.memmap(file, dtype, mode="r", shape=(spec["length"],)).view(np.ndarray) \
           if spec["length"] else np.zeros(0, dtype)
+      if spec["length"]:
+        stat = os.stat(file)
+        mapped.append((file, stat.st_dev, stat.st_ino, stat.st_size))
   n = meta["examples"]
   for k in keys:
     if len(offsets[k]) != n + 1 or offsets[k][-1] != len(ids[k]):
       raise _Damaged(f"{k}'s offsets do not cover its ids")
-  return TokenStore(keys, ids, offsets, origins=origins, path=path)
+  return TokenStore(keys, ids, offsets, origins=origins, path=path, _mapped=tuple(mapped))
 
 
 def _sha1(file: str) -> str:
@@ -287,7 +370,23 @@ def _remove(path: str) -> None:
   aside = f"{path}.damaged-{uuid.uuid4().hex[:8]}"
   with contextlib.suppress(OSError):
     os.rename(path, aside)
-  shutil.rmtree(aside, ignore_errors=True)
+  if os.path.isdir(aside) and not os.path.islink(aside):
+    shutil.rmtree(aside, ignore_errors=True)
+  else:  # a file (or a link) where the store's directory belongs
+    with contextlib.suppress(OSError):
+      os.unlink(aside)
+
+
+@contextlib.contextmanager
+def _naming(file: str) -> Iterator[None]:
+  """An OSError that names no file (a buffered write's, a flush's) raised naming `file`: a
+  full disk is then said as the store's disk, not the workdir's."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is None:
+      raise OSError(e.errno, e.strerror or str(e), file) from e
+    raise
 
 
 def _chunks(n: int, workers: int) -> list[tuple[int, int]]:
@@ -346,41 +445,15 @@ def _build(source: Sequence[Example], keys: tuple[str, ...], vocab_size: int,
   logging.info("Tokenizing %s once (%d examples, %d process(es)) into %s.", description, n,
                workers, path)
   start = time.perf_counter()
-  tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  tmp = _temp_name(path)
   os.makedirs(tmp)
   try:
-    files = {f"{k}.{part}": open(os.path.join(tmp, f"{k}.{part}"), "wb")
-             for k in keys for part in ("ids", "offsets")}
-    hashes = {name: hashlib.sha1() for name in files}
-    lengths_seen = {name: 0 for name in files}
-    ends = dict.fromkeys(keys, 0)
-
-    def write(name: str, array: np.ndarray) -> None:
-      data = array.tobytes()
-      files[name].write(data)
-      hashes[name].update(data)
-      lengths_seen[name] += len(array)
-
-    for k in keys:
-      write(f"{k}.offsets", np.zeros(1, "<i8"))
-    with tqdm(total=n, unit="example", desc="tokenize", disable=not sys.stderr.isatty(),
-              dynamic_ncols=True) as bar:
-      for chunk in _encoded_chunks(source, keys, dtype, workers):
-        for k in keys:
-          lengths, ids = chunk[k]
-          write(f"{k}.ids", ids)
-          write(f"{k}.offsets", (ends[k] + np.cumsum(lengths)).astype("<i8"))
-          ends[k] += int(lengths.sum())
-        bar.update(len(chunk[keys[0]][0]))
-    for f in files.values():
-      f.flush()
-      os.fsync(f.fileno())
-      f.close()
+    written = _write_ids(source, keys, dtype, workers, tmp)
     meta = {"key": key, "examples": n, "description": description,
             "files": {name: {"dtype": (dtype.str if name.endswith(".ids") else "<i8"),
-                             "length": lengths_seen[name], "sha1": hashes[name].hexdigest()}
-                      for name in files}}
-    with open(os.path.join(tmp, META), "w") as f:
+                             "length": length, "sha1": sha1}
+                      for name, (length, sha1) in written.items()}}
+    with _naming(os.path.join(tmp, META)), open(os.path.join(tmp, META), "w") as f:
       json.dump(meta, f, indent=1, sort_keys=True)
     try:
       os.rename(tmp, path)
@@ -390,6 +463,48 @@ def _build(source: Sequence[Example], keys: tuple[str, ...], vocab_size: int,
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   size = sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
-  logging.info("Tokenized %s: %s ids, %.1f MB, in %.1f s.", description,
-               f"{sum(ends.values()):,}", size / 1e6, time.perf_counter() - start)
+  ids = sum(length for name, (length, _) in written.items() if name.endswith(".ids"))
+  logging.info("Tokenized %s: %s ids, %.1f MB, in %.1f s.", description, f"{ids:,}",
+               size / 1e6, time.perf_counter() - start)
 
+
+def _write_ids(source: Sequence[Example], keys: tuple[str, ...], dtype: np.dtype,
+               workers: int, tmp: str) -> dict[str, tuple[int, str]]:
+  """Every key's ids and offsets files of `source`, written into `tmp` and synced:
+  {file name: (values written, sha1)}. A write that fails names its file (`_naming`)."""
+  files: dict[str, Any] = {}
+  try:
+    for name in (f"{k}.{part}" for k in keys for part in ("ids", "offsets")):
+      files[name] = open(os.path.join(tmp, name), "wb")
+    hashes = {name: hashlib.sha1() for name in files}
+    lengths_seen = {name: 0 for name in files}
+    ends = dict.fromkeys(keys, 0)
+
+    def write(name: str, array: np.ndarray) -> None:
+      data = array.tobytes()
+      with _naming(os.path.join(tmp, name)):
+        files[name].write(data)
+      hashes[name].update(data)
+      lengths_seen[name] += len(array)
+
+    for k in keys:
+      write(f"{k}.offsets", np.zeros(1, "<i8"))
+    with tqdm(total=len(source), unit="example", desc="tokenize",
+              disable=not sys.stderr.isatty(), dynamic_ncols=True) as bar:
+      for chunk in _encoded_chunks(source, keys, dtype, workers):
+        for k in keys:
+          lengths, ids = chunk[k]
+          write(f"{k}.ids", ids)
+          write(f"{k}.offsets", (ends[k] + np.cumsum(lengths)).astype("<i8"))
+          ends[k] += int(lengths.sum())
+        bar.update(len(chunk[keys[0]][0]))
+    for name, f in files.items():
+      with _naming(os.path.join(tmp, name)):
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+  finally:
+    for f in files.values():  # after an error: closed, without a flush that fails again
+      with contextlib.suppress(OSError):
+        f.close()
+  return {name: (lengths_seen[name], hashes[name].hexdigest()) for name in files}

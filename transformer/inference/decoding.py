@@ -18,7 +18,8 @@ Any model kind decodes (`models.ModelKind`: its `start_decoding` and `decode_ste
 opaque state). A `Transformer` decodes a target for each source row (`inputs` int[B, Ls]); a
 `DecoderOnly` continues each prompt (`inputs` int[B, P], 0-padded on the right): the prompt
 is fed through the cache token by token (forced), then the model generates. Outputs are int32[B, L]: the
-generated tokens, EOS included when one was produced, 0 after it.
+generated tokens, EOS included when one was produced, 0 after it. `greedy`, `sample` and
+`beam_search` return them; `decode` (any method, a `DecodeConfig`) returns (tokens, scores).
 """
 
 from __future__ import annotations
@@ -282,22 +283,28 @@ def _split_config(config: DecodeConfig) -> tuple[_Knobs, DecodeConfig]:
   return knobs, static
 
 
+# The three shorthands return tokens alone, one convention for all; `decode` is the one call
+# that returns each row's score too, for every method.
 def greedy(model: nn.Module, params: Any, inputs: Any, *, extra_len: int = 50) -> jax.Array:
-  """Greedy decoding: tokens int32[B, L] (see `decode`)."""
+  """Greedy decoding: tokens int32[B, L] (see `decode`, which also returns their logP)."""
   return decode(model, params, inputs, DecodeConfig(method="greedy", extra_len=extra_len))[0]
 
 
 def sample(model: nn.Module, params: Any, inputs: Any, rng: jax.Array, *,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            extra_len: int = 50) -> jax.Array:
-  """Temperature / top-k / top-p sampling: tokens int32[B, L] (see `decode`)."""
+  """Temperature / top-k / top-p sampling: tokens int32[B, L] (see `decode`, which also
+  returns their logP)."""
   config = DecodeConfig(method="sample", temperature=temperature, top_k=top_k, top_p=top_p,
                         extra_len=extra_len)
   return decode(model, params, inputs, config, rng)[0]
 
 
 def beam_search(model: nn.Module, params: Any, inputs: Any, *, beam_size: int = 4,
-                alpha: float = 0.6, extra_len: int = 50) -> tuple[jax.Array, jax.Array]:
-  """Beam search with the GNMT length penalty: (tokens int32[B, L], scores float32[B])."""
+                alpha: float = 0.6, extra_len: int = 50) -> jax.Array:
+  """Beam search with the GNMT length penalty: the best hypothesis of each row, tokens
+  int32[B, L], like `greedy` and `sample`. Its score, logP / lp(n), comes with
+  `decode(model, params, inputs, DecodeConfig(method="beam", ...))`, which returns
+  (tokens, scores)."""
   config = DecodeConfig(method="beam", beam_size=beam_size, alpha=alpha, extra_len=extra_len)
-  return decode(model, params, inputs, config)
+  return decode(model, params, inputs, config)[0]

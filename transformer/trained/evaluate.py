@@ -23,7 +23,7 @@ from transformer.errors import InferenceError, UserError
 from transformer.inference import bleu, lines
 from transformer.inference.decode_config import DecodeConfig
 from transformer.trained import loading
-from transformer.training import steps, workdir_checks
+from transformer.training import steps, workdir_checks, writers
 from transformer.training.heldout import decode_eval_split
 
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
@@ -97,7 +97,11 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
     # This checkpoint's decoding, written earlier beside hypotheses.txt, is still its own:
     # keep it (and the files) rather than a results.json that no longer matches them.
     results = {**json.loads(storage.as_path(path).read_text()), **results}
-  storage.write_atomically(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  # JSON has no NaN: a non-finite figure (a checkpoint of a run that diverged) is null, in
+  # the file and in what is returned (printed).
+  results = writers.finite_json(results)
+  storage.write_atomically(path, json.dumps(results, indent=2, sort_keys=True,
+                                            allow_nan=False) + "\n")
   results["results_file"] = path
   return results
 

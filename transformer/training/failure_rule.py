@@ -23,11 +23,16 @@ class FailureRule:
               train record at step `stall_step` (it stopped learning after that step); None:
               the run's first train record at or after its warmup_steps. Judged only where
               the last record is at least `min_span` steps later: over fewer steps a loss
-              that fell little says nothing (a test's or a smoke run's few steps)
+              that fell little says nothing (a test's or a smoke run's few steps). A loss
+              already below min_fall x its first record's at `stall_step` converged before
+              it (a task learnt during warmup: nothing left to fall), and is not stalled
+  blew up     judged alike: its loss rose more than min_fall from its first record to
+              `stall_step`, and its last is not below that first record's (it did not come
+              back)
   dead layer  at its last diagnostics record, a layer's gradient norm
-              ('grad_norm/decoder/layer_*' and encoder's) is below `dead_ratio` x the largest
-              layer's (the layer no longer learns: an attention entropy collapse ends so,
-              Zhai et al. 2023)
+              ('grad_norm/decoder/layer_*' and encoder's) is not finite, or below `dead_ratio`
+              x the largest layer's (the layer no longer learns: an attention entropy
+              collapse ends so, Zhai et al. 2023), or every layer's is 0
   """
   stall_step: Optional[int] = None
   min_fall: float = 0.05
@@ -46,18 +51,42 @@ class FailureRule:
             warmup_steps: int = 0) -> Optional[str]:
     """Why a finished run failed, in words, or None: `train_losses` {step: loss} of its train
     records, `layer_grad_norms` {'decoder/layer_0': norm} of its last diagnostics record."""
+    return self._stalled(train_losses, warmup_steps) or self._dead_layer(layer_grad_norms)
+
+  def _stalled(self, losses: Mapping[int, float], warmup_steps: int) -> Optional[str]:
+    """Stalled after `stall_step`, or blown up before it and never back below its first
+    record; a loss already at its floor at `stall_step` converged (nothing left to fall)."""
     if self.stall_step is not None:
       stall_step = self.stall_step
     else:
-      stall_step = min((s for s in train_losses if s >= warmup_steps), default=None)
-    if stall_step in train_losses:
-      first, last_step = train_losses[stall_step], max(train_losses)
-      last = train_losses[last_step]
-      if last_step >= stall_step + self.min_span and not last < (1 - self.min_fall) * first:
-        return (f"stalled: train loss {last:.3f} at step {last_step} against {first:.3f} at "
-                f"step {stall_step}")
-    norms = {k: v for k, v in layer_grad_norms.items() if math.isfinite(v)}
-    if norms and max(norms.values()) > 0:
+      stall_step = min((s for s in losses if s >= warmup_steps), default=None)
+    if stall_step not in losses:
+      return None
+    first, last_step = losses[stall_step], max(losses)
+    last, start_step = losses[last_step], min(losses)
+    start = losses[start_step]
+    if last_step < stall_step + self.min_span:  # too few steps to say
+      return None
+    if start_step < stall_step and first > (1 + self.min_fall) * start and not last < start:
+      return (f"blew up: train loss {last:.3f} at step {last_step} against {start:.3f} at "
+              f"step {start_step}, after {first:.3f} at step {stall_step}")
+    converged = start_step < stall_step and first < self.min_fall * start
+    if not converged and not last < (1 - self.min_fall) * first:
+      return (f"stalled: train loss {last:.3f} at step {last_step} against {first:.3f} at "
+              f"step {stall_step}")
+    return None
+
+  def _dead_layer(self, layer_grad_norms: Mapping[str, float]) -> Optional[str]:
+    """A layer whose last gradient norm is not finite, or negligible beside the largest
+    layer's (every layer's 0: all dead)."""
+    bad = sorted(k for k, v in layer_grad_norms.items() if not math.isfinite(v))
+    if bad:
+      return (f"non-finite layer gradient: {bad[0]}'s final gradient norm "
+              f"{layer_grad_norms[bad[0]]}")
+    norms = dict(layer_grad_norms)
+    if norms and max(norms.values()) <= 0:
+      return f"dead layer: every layer's final gradient norm is 0 ({', '.join(sorted(norms))})"
+    if norms:
       layer, low = min(norms.items(), key=lambda kv: kv[1])
       if low < self.dead_ratio * max(norms.values()):
         return (f"dead layer: {layer}'s final gradient norm {low:.2g} against the largest "
@@ -69,5 +98,6 @@ def layer_grad_norms(record: Mapping[str, Any], prefix: str = "") -> dict[str, f
   """{'decoder/layer_0': norm} of the keys PREFIX + 'grad_norm/STACK/layer_*' of one record
   (a diagnostics record of metrics.jsonl; prefix 'final/' in a sweep's result metrics)."""
   pattern = f"{prefix}grad_norm/*/layer_*"
-  return {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 1)[-1]: float(v)
+  # metrics.jsonl writes a non-finite value as null: read back as NaN, which fails the rule.
+  return {k.rsplit("/", 2)[-2] + "/" + k.rsplit("/", 1)[-1]: math.nan if v is None else float(v)
           for k, v in record.items() if fnmatch.fnmatchcase(k, pattern)}

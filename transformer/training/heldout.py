@@ -6,7 +6,8 @@ the same eval step, so its eval loss is the one training logged.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import math
+from typing import Any, Callable, Optional
 
 import flax.linen as nn
 import jax
@@ -28,19 +29,22 @@ EVAL_SPLITS = ("eval", "test", "decode")
 def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Module,
                     params: Any, eval_step: Any, datasets: pipeline.Datasets,
                     mesh: jax.sharding.Mesh, writer: writers.MetricWriter,
-                    final: dict[str, Any]) -> None:
+                    final: dict[str, Any],
+                    on_nonfinite: Callable[[int, str, float], None] = lambda *_: None) -> None:
   """Training's evaluations due at `step`: the eval split every eval_every_steps, the test
   split once at the end, BLEU every bleu_every_steps (and the test split's at the end); each
-  written and put in `final`."""
+  written and put in `final`. A split whose loss is not finite calls `on_nonfinite(step,
+  split, loss)` once it is written, before anything is decoded (the loop's raises)."""
   is_last = step == config.num_train_steps
-  if step % config.eval_every_steps == 0 or is_last:
-    final["eval"] = steps.split_metrics(eval_step, params, datasets.eval_batches(), mesh)
-    writer.write(step, "eval", final["eval"])
-    logging.info("step %d eval %s", step, final["eval"])
-  if is_last and datasets.test_batches() is not None:  # scored once, at the end
-    final["test"] = steps.split_metrics(eval_step, params, datasets.test_batches(), mesh)
-    writer.write(step, "test", final["test"])
-    logging.info("step %d test %s", step, final["test"])
+  for split, due, batches in (
+      ("eval", step % config.eval_every_steps == 0 or is_last, datasets.eval_batches),
+      ("test", is_last and datasets.test_batches() is not None, datasets.test_batches)):
+    if due:  # the test split is scored once, at the end
+      final[split] = steps.split_metrics(eval_step, params, batches(), mesh)
+      writer.write(step, split, final[split])
+      logging.info("step %d %s %s", step, split, final[split])
+      if not math.isfinite(final[split]["loss"]):
+        on_nonfinite(step, split, final[split]["loss"])
   if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
     decoded = decode_eval_split(model, params, datasets, mesh)
     final["decode"] = decoded.metrics()

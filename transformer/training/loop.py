@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import time
 from typing import Any, Iterator, Optional, Sequence
@@ -107,11 +108,11 @@ def _check_workdir(exp: experiment.Experiment, workdir: str) -> bool:
     workdir_checks.check_writable(checkpoints, "make it writable, or pass another --workdir",
                                   what="The checkpoint directory")
   saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
-  data_changed = workdir_checks.check_resumable(
+  # Fewer steps than the newest checkpoint first: said as such, not as a schedule's change.
+  workdir_checks.check_steps(workdir, config, saved_steps)
+  return workdir_checks.check_resumable(
       workdir, config, exp.model, bool(saved_steps),
       workdir_checks.run_identity(config, workdir, jax.process_count()))
-  workdir_checks.check_steps(workdir, config, saved_steps)
-  return data_changed
 
 
 def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
@@ -133,7 +134,7 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
   if r.restored:
     logging.info("Resumed from step %d of %s.", r.start_step, workdir)
-    history = workdir_checks.resume_history(workdir, config, r.start_step)
+    history = workdir_checks.resume_history(workdir, config, r.start_step, exp.model, identity)
     if history:
       resolved[workdir_checks.CHANGED_ON_RESUME] = history
   elif primary:
@@ -159,7 +160,7 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   config = job.run.config
   num_steps = config.num_train_steps
   final: dict[str, Any] = {}
-  window = MetricWindow(lambda step: _stop_at_nonfinite(job.run.checkpointer, step))
+  window = MetricWindow(functools.partial(_stop_at_nonfinite, job.run.checkpointer))
   bar = tqdm(total=num_steps, initial=job.run.start_step, disable=not job.primary, unit="step",
              dynamic_ncols=True, desc="train")
   profile = _Profile(experiment.profile_window(config), storage.join(workdir, PROFILE_DIR),
@@ -313,21 +314,34 @@ def _heldout_scores(job: _Training, step: int, final: dict[str, Any],
   with window.paused():
     r = job.run
     heldout.evaluations_due(step, r.config, r.model, job.state.params, r.steps.eval,
-                             job.datasets, r.mesh, job.writer, final)
+                             job.datasets, r.mesh, job.writer, final,
+                             functools.partial(_stop_at_nonfinite, r.checkpointer))
 
 
-def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, bad: int) -> None:
-  """Stops the run at step `bad`'s non-finite loss, keeping the last good checkpoint: the
-  params of step bad-1 gave it, so every checkpoint from there on is set aside."""
+def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, step: int, what: str,
+                       value: float) -> None:
+  """Stops the run at a non-finite `what` of `step` ('loss', 'param_norm', or a held-out
+  split's loss: 'eval', 'test'), keeping the last good checkpoint: every checkpoint of the
+  params that gave it is set aside (a train loss measures the params of the step before;
+  a param norm and a held-out loss those of `step`), so no reader or resume takes one."""
+  first = step - 1 if what == "loss" else step
+  # The step's own save may be in flight (a held-out loss's): finished first, so that it is
+  # listed and set aside. Its failure (a full disk) is the closing's to warn of: this stop,
+  # the first error, is the one said.
+  with contextlib.suppress(Exception):
+    ckpt.wait_until_finished()
   for s in ckpt.all_steps():
-    if s >= bad - 1:
+    if s >= first:
       ckpt.set_aside(s, "nonfinite")
   good = max(ckpt.all_steps(), default=None)
   resume = f"a restart resumes from step {good}" if good else "no checkpoint is left"
+  said = {"loss": f"Non-finite loss at step {step}",
+          "param_norm": f"Non-finite parameter norm after step {step} ({value}: the update "
+                        "diverged)"}.get(
+              what, f"Non-finite held-out loss at step {step} (the {what} split's: {value})")
   raise NonFiniteLossError(
-      f"Non-finite loss at step {bad}; training stopped, checkpoints from step {bad - 1} "
-      f"on were set aside as <step>.nonfinite and {resume}; lower learning_rate or set "
-      "grad_clip_norm.")
+      f"{said}; training stopped, checkpoints from step {first} on were set aside as "
+      f"<step>.nonfinite and {resume}; lower learning_rate or set grad_clip_norm.")
 
 
 class _Profile:

@@ -37,6 +37,9 @@ from transformer.errors import ConfigError
 
 OPTIMIZERS = ("adam", "adamw", "adafactor", "sgd")
 SCHEDULES = ("rsqrt", "cosine", "constant", "linear")
+# The schedules that decay to 0 over num_train_steps: another num_train_steps is another
+# schedule, so a resume may not change it unasked (training.workdir_checks).
+DECAYING_SCHEDULES = ("cosine", "linear")
 
 
 def paper_peak_learning_rate(d_model: int, warmup_steps: int) -> float:

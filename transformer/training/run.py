@@ -96,20 +96,20 @@ def restored(exp: experiment.Experiment, workdir: str,
              mesh: Optional[jax.sharding.Mesh] = None, data_iter: Any = None) -> Run:
   """The Run of `exp` with `workdir`'s Checkpointer and its newest readable checkpoint's
   state (its data position restored into `data_iter`, unless None); a fresh state where the
-  workdir holds none."""
-  run = fresh(exp, mesh)
+  workdir holds none. The checkpoint is read into the abstract state's shapes and shardings:
+  no fresh state is drawn to read them off, so a resume holds one state, not two."""
+  mesh = device_mesh(exp) if mesh is None else mesh
+  run = abstract(exp, mesh)
   config = exp.config
   ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints,
                                  async_save=config.async_checkpoints)
-  shapes = jax.tree_util.tree_map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), run.state)
   try:
-    found = ckpt.restore(shapes, data_iter=data_iter)
+    found = ckpt.restore(run.state, data_iter=data_iter)
   except checkpoint.IncompatibleCheckpointError as e:
     raise TrainingError(f"The checkpoints in {workdir} do not fit this model ({e}); use a new "
                         "--workdir.") from None
-  if found is None:
-    return dataclasses.replace(run, checkpointer=ckpt)
+  if found is None:  # drawn only now: the state a fresh run starts from
+    return dataclasses.replace(run, state=run.steps.init(rngs(config)[0]), checkpointer=ckpt)
   state, step = found
   return dataclasses.replace(run, state=state, start_step=step, restored=True, checkpointer=ckpt)
 

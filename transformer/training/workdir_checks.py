@@ -10,6 +10,7 @@ said as such.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -25,7 +26,7 @@ from transformer.config import ModelConfig
 from transformer.data import corpus_files, local_corpora
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import ConfigError, TrainingError, disk_full, full_file, one_line
-from transformer.training import experiment, writers
+from transformer.training import experiment, optimizer_settings, writers
 
 LOCK_FILE = "train.lock"  # WORKDIR/train.lock, held by the run training there
 HOLDER_SUFFIX = ".holder"  # beside a lock: who holds it (pid, host, since when)
@@ -154,22 +155,31 @@ def workdir_lock(workdir: str) -> Iterator[None]:
 
 
 def remove_if_empty(workdir: str) -> None:
-  """Removes a workdir left empty (a released lock removes its files): a failed first attempt
-  leaves no empty workdir behind."""
+  """Removes a workdir left empty (a released lock removes its files) or holding only the
+  tokenizer.json its data preparation wrote (a few bytes, written again from the config by a
+  rerun): a failed first attempt leaves no workdir behind. (A trained tokenizer.model stays:
+  a rerun reuses it.)"""
   path = storage.as_path(workdir)
-  if path.is_dir() and not any(path.iterdir()):
-    with contextlib.suppress(OSError):  # an object store has no directory left to remove
-      path.rmdir()
+  left = list(path.iterdir()) if path.is_dir() else None
+  if left is None or not all(p.name == tokenizers.JSON_FILE and p.is_file() for p in left):
+    return
+  with contextlib.suppress(OSError):  # an object store has no directory left to remove
+    for p in left:
+      p.unlink()
+    path.rmdir()
 
 
 # ---- the run's identity ----
 
 # Fields whose change would make the saved data-iterator position mean other examples: the
-# data, how it is split (the seed draws a local corpus's held-out split unless split_seed is
-# set), cut into rows and tokenized, and the order it is read in.
+# data (a TFDS dataset's train split and language pair), how it is split (the seed draws a
+# local corpus's held-out split unless split_seed is set), laid out (a pair joined for a
+# language model), cut into rows and tokenized, and the order it is read in.
 _DATA_STREAM_FIELDS = ("dataset", "data_files", "eval_files", "text_split", "batch_size",
                        "packing", "eval_fraction", "test_fraction", "seed", "split_seed",
-                       "max_len", "synthetic", "tokenizer")
+                       "max_len", "synthetic", "tokenizer",
+                       # a TFDS dataset's split and language pair; how a kind lays out a row
+                       "train_split", "source_lang", "target_lang", "model_type")
 _FILE_FIELDS = ("data_files", "eval_files")  # the fields whose files' content is fingerprinted
 
 
@@ -203,21 +213,17 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
                     model_config: ModelConfig, has_checkpoints: bool,
                     identity: Optional[dict[str, Any]] = None) -> bool:
   """A workdir's run continues only with its own model and, once it has checkpoints, its own
-  data stream and tokenizer. True when the data stream changed and config.allow_data_change
-  lets the run go on anyway (its data iterator then starts afresh)."""
+  settings, schedule, data stream and tokenizer; a change goes on only under its allow_* flag,
+  and every change accepted is named in one warning (and recorded by `resume_history`). True
+  when the data stream changed and allow_data_change lets the run go on anyway (its data
+  iterator then starts afresh)."""
   saved_config = reference_config(workdir)
   if not saved_config:
     return False
-  saved = saved_config.get("model", {})
-  new = model_config.to_dict()
-  changed = sorted(k for k in set(saved) | set(new)
-                   if k in new and _normal(saved.get(k)) != _normal(new.get(k)))
-  if changed and not config.allow_model_change:
-    raise TrainingError(
-        f"Workdir {workdir} holds a run of a different model (changed: "
-        f"{', '.join(f'{k} {saved.get(k)!r} -> {new.get(k)!r}' for k in changed)}); use a new "
-        "--workdir, or pass --config.allow_model_change=True to resume it anyway.")
-  if not has_checkpoints:
+  if not has_checkpoints:  # nothing is resumed: only the model is held to its record
+    model = model_changes(saved_config, model_config)
+    if model and not config.allow_model_change:
+      raise _refusal(workdir, ResumeChanges(model, [], []), config, saved_config)
     return False
   optimizer = saved_config.get("experiment", {}).get("optimizer")
   if optimizer and optimizer != config.get("optimizer"):  # its state has another structure
@@ -225,34 +231,114 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
         f"Workdir {workdir} was trained with optimizer={optimizer!r}, whose state its "
         f"checkpoints hold; this run asks for {config.get('optimizer')!r}: resume with "
         f"--config.optimizer={optimizer}, or use a new --workdir.")
-  changes = training_changes(saved_config, config)
-  if changes and not config.get("allow_config_change"):
-    raise TrainingError(
-        f"Workdir {workdir} was trained with other settings ({', '.join(changes)}); resuming "
-        "would mix two runs in one history: resume with the same settings, use a new "
+  changes = resume_changes(saved_config, config, model_config, identity or {})
+  if changes.refused(config):
+    raise _refusal(workdir, changes, config, saved_config)
+  if changes.recorded():
+    logging.warning("%s", _accepted(workdir, changes))
+  return bool(changes.data)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeChanges:
+  """What a resume changes, in words ('FIELD OLD -> NEW'), by the flag that lets it go on:
+  the model (allow_model_change), the other settings (allow_config_change; num_train_steps
+  among them under a schedule that decays over it) and the data stream (allow_data_change)."""
+  model: list[str]
+  settings: list[str]
+  data: list[str]
+
+  def refused(self, config: ml_collections.ConfigDict) -> list[str]:
+    """The kinds of change ('model', 'settings', 'data') whose allow_* flag is not set."""
+    return [kind for kind, flag in _FLAGS.items()
+            if getattr(self, kind) and not config.get(flag)]
+
+  def recorded(self) -> list[str]:
+    """Every change, as the record of the run's history lists it: a model field as
+    'model.FIELD', a seed's change saying what else it draws."""
+    seed = " (the data order and the dropout masks)"  # fold_in(seed, step) keys the dropout
+    return ([f"model.{c}" for c in self.model] + self.settings +
+            [c + seed if c.startswith("seed ") else c for c in self.data])
+
+
+_FLAGS = {"model": "allow_model_change", "settings": "allow_config_change",
+          "data": "allow_data_change"}
+_KINDS = {"model": "a different model", "settings": "other settings",
+          "data": "another data stream"}
+
+
+def model_changes(saved_config: dict[str, Any], model_config: ModelConfig) -> list[str]:
+  """The model fields whose values differ from the recorded run's, in words."""
+  saved, new = saved_config.get("model", {}), model_config.to_dict()
+  return [f"{k} {saved.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(saved) | set(new))
+          if k in new and _normal(saved.get(k)) != _normal(new.get(k))]
+
+
+def resume_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
+                   model_config: Optional[ModelConfig],
+                   identity: dict[str, Any]) -> ResumeChanges:
+  """Everything this run changes of the workdir's recorded run (`ResumeChanges`)."""
+  model = model_changes(saved_config, model_config) if model_config is not None else []
+  return ResumeChanges(model, training_changes(saved_config, config),
+                       data_stream_changes(saved_config, config, identity))
+
+
+def _refusal(workdir: str, changes: ResumeChanges, config: ml_collections.ConfigDict,
+             saved_config: dict[str, Any]) -> TrainingError:
+  """The one line that refuses the changes whose flag is not set: all of them at once (a
+  max_len is the model's and the data's), the kind's own words where one kind is refused."""
+  refused = changes.refused(config)
+  if len(refused) > 1:
+    what = "; ".join(f"{_KINDS[k]} ({', '.join(getattr(changes, k))})" for k in refused)
+    flags = " and ".join(f"--config.{_FLAGS[k]}=True" for k in refused)
+    return TrainingError(
+        f"Workdir {workdir} holds another run: {what}; resume with the same settings, use a "
+        f"new --workdir, or pass {flags} to go on (the checkpoints' record then lists the "
+        f"changes under {CHANGED_ON_RESUME}).")
+  if refused == ["model"]:
+    return TrainingError(
+        f"Workdir {workdir} holds a run of a different model (changed: "
+        f"{', '.join(changes.model)}); use a new --workdir, or pass "
+        "--config.allow_model_change=True to resume it anyway.")
+  if refused == ["settings"] and all(c.startswith("num_train_steps ") for c in changes.settings):
+    steps = saved_config.get("experiment", {}).get("num_train_steps")
+    return TrainingError(
+        f"Workdir {workdir} was trained on the {config.schedule!r} schedule, which decays over "
+        f"num_train_steps={steps}: num_train_steps={config.num_train_steps} would change its "
+        "rate from the resumed step on, another schedule in one run's history; to extend runs, "
+        "train on a schedule that does not decay (--config.schedule=constant or rsqrt, in a "
+        "new --workdir), or pass --config.allow_config_change=True to go on (the checkpoints' "
+        f"record then lists the change under {CHANGED_ON_RESUME}).")
+  if refused == ["settings"]:
+    return TrainingError(
+        f"Workdir {workdir} was trained with other settings ({', '.join(changes.settings)}); "
+        "resuming would mix two runs in one history: resume with the same settings, use a new "
         "--workdir, or pass --config.allow_config_change=True to go on (config.json then "
         "names the changes).")
-  if changes:
-    logging.warning("Workdir %s was trained with other settings (%s); allow_config_change=True: "
-                    "resuming with this run's.", workdir, ", ".join(changes))
-  stream = data_stream_changes(saved_config, config, identity or {})
-  if not stream:
-    return False
-  if not config.get("allow_data_change"):
-    raise TrainingError(
-        f"Workdir {workdir} was trained with another data stream ({', '.join(stream)}); its "
-        "saved position in the data would point elsewhere; resume with the same settings and "
-        "files, use a new --workdir, or pass --config.allow_data_change=True to go on from its "
-        "params with the data read afresh.")
-  logging.warning("Workdir %s was trained with another data stream (%s); "
-                  "allow_data_change=True: resuming its params, the data read from the start.",
-                  workdir, ", ".join(stream))
-  return True
+  return TrainingError(
+      f"Workdir {workdir} was trained with another data stream ({', '.join(changes.data)}); "
+      "its saved position in the data would point elsewhere; resume with the same settings "
+      "and files, use a new --workdir, or pass --config.allow_data_change=True to go on from "
+      "its params with the data read afresh.")
 
 
-# Fields a resumed run may change: how long it trains and how it is watched, logged, saved and
-# read, and the permissions themselves. Every other field changes what the run computes, and a
-# resume that changes one mixes two runs in one history (`training_changes`).
+def _accepted(workdir: str, changes: ResumeChanges) -> str:
+  """The one warning that names every change a resume goes on with, under its flag."""
+  said = {"model": "", "settings": ": resuming with this run's",
+          "data": ": its params resumed, the data read from the start"}
+  parts = [f"{_KINDS[k]} ({'; '.join(getattr(changes, k))}; {_FLAGS[k]}=True{said[k]})"
+           for k in _FLAGS if getattr(changes, k)]
+  seed = any(c.startswith("seed ") for c in changes.data)
+  return (f"Workdir {workdir} was trained otherwise: {', '.join(parts)}"
+          + ("; the seed also draws the dropout masks, so the steps from here on drop other "
+             "units than the recorded run's would have" if seed else "")
+          + f"; the checkpoints' record lists the changes under {CHANGED_ON_RESUME}.")
+
+
+# Fields a resumed run may change: how long it trains (unless its schedule decays over that:
+# `training_changes`) and how it is watched, logged, saved and read, and the permissions
+# themselves. Every other field changes what the run computes, and a resume that changes one
+# mixes two runs in one history (`training_changes`).
 _RESUMABLE_FIELDS = ("num_train_steps", "log_every_steps", "eval_every_steps",
                      "checkpoint_every_steps", "keep_checkpoints", "async_checkpoints",
                      "profile_steps", "diagnostics_every_steps", "diagnostics_batches",
@@ -264,9 +350,13 @@ _RESUMABLE_FIELDS = ("num_train_steps", "log_every_steps", "eval_every_steps",
 def training_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict) -> list[str]:
   """The fields, beside the model and the data stream (checked on their own), whose values
   differ between a workdir's recorded run and this one, in words ([] if none): its optimizer,
-  rate and schedule, its loss, its seed's other uses, its layout (`_RESUMABLE_FIELDS` aside).
-  A field the record predates counts as its default (`experiment.with_defaults`)."""
+  rate and schedule, its loss, its seed's other uses, its layout (`_RESUMABLE_FIELDS` aside),
+  and num_train_steps where this run's schedule decays over it (cosine, linear: another
+  length is another schedule). A field the record predates counts as its default
+  (`experiment.with_defaults`)."""
   skip = {"model", *_DATA_STREAM_FIELDS, *_RESUMABLE_FIELDS, *experiment.INERT_FIELDS}
+  if config.get("schedule") in optimizer_settings.DECAYING_SCHEDULES:
+    skip.discard("num_train_steps")
   recorded = experiment.with_defaults(saved_config.get("experiment", {}))
   before = flat_fields({k: v for k, v in recorded.items() if k not in skip})
   now = flat_fields({k: v for k, v in config.items() if k not in skip})
@@ -277,13 +367,18 @@ def training_changes(saved_config: dict[str, Any], config: ml_collections.Config
 CHANGED_ON_RESUME = "changed_on_resume"  # a config's record of settings changed on resuming
 
 
-def resume_history(workdir: str, config: ml_collections.ConfigDict,
-                   step: int) -> list[dict[str, Any]]:
-  """The settings changed at each resume of `workdir`'s run (allow_config_change=True), this
-  one's at `step` included: [{'step': S, 'changes': ['FIELD OLD -> NEW', ...]}, ...]."""
+def resume_history(workdir: str, config: ml_collections.ConfigDict, step: int,
+                   model_config: Optional[ModelConfig] = None,
+                   identity: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
+  """The changes made at each resume of `workdir`'s run (under any allow_* flag), this one's
+  at `step` included: [{'step': S, 'changes': ['FIELD OLD -> NEW', ...]}, ...]; the model's
+  changes (given `model_config`) as 'model.FIELD', the data stream's (given this run's
+  `identity`, `run_identity`) beside the settings'."""
   saved = reference_config(workdir) or {}
   history = list(saved.get(CHANGED_ON_RESUME, []))
-  changes = training_changes(saved, config)
+  if not saved:
+    return history
+  changes = resume_changes(saved, config, model_config, identity or {}).recorded()
   return history + [{"step": step, "changes": changes}] if changes else history
 
 
@@ -357,11 +452,15 @@ def check_steps(workdir: str, config: ml_collections.ConfigDict, saved_steps: li
   nothing to train, and a silent success would pass off the longer run as this one."""
   newest = max(saved_steps, default=0)
   if newest > config.num_train_steps:
+    go_on = f"pass --config.num_train_steps={newest} or more to continue it"
+    if config.get("schedule") in optimizer_settings.DECAYING_SCHEDULES:  # its own length only
+      recorded = (reference_config(workdir) or {}).get("experiment", {})
+      go_on = (f"pass --config.num_train_steps={recorded.get('num_train_steps', newest)} (the "
+               f"length its {config.schedule!r} schedule decays over) to continue it")
     raise TrainingError(
         f"Workdir {workdir} holds a checkpoint at step {newest}, past num_train_steps="
-        f"{config.num_train_steps}; pass --config.num_train_steps={newest} or more to continue "
-        f"it, score it with scripts/evaluate.py --workdir={workdir}, or train "
-        f"{config.num_train_steps} steps in a new --workdir.")
+        f"{config.num_train_steps}; {go_on}, score it with scripts/evaluate.py "
+        f"--workdir={workdir}, or train {config.num_train_steps} steps in a new --workdir.")
 
 
 def check_history(workdir: str, config: ml_collections.ConfigDict) -> None:

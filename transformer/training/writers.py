@@ -36,17 +36,31 @@ def _number(v: Any) -> Optional[float]:
   return v if math.isfinite(v) else None  # JSON has no NaN; None marks a non-finite value
 
 
+def finite_json(value: Any) -> Any:
+  """`value` (dicts, lists, numbers, ...) with every non-finite float as None: what JSON can
+  hold (json.dumps would write NaN and Infinity, which no JSON reader takes)."""
+  if isinstance(value, dict):
+    return {k: finite_json(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [finite_json(v) for v in value]
+  if isinstance(value, (float, np.floating)):
+    return _number(value)
+  return value
+
+
 class MetricWindow:
   """The train metrics of the steps since the last log step: they stay on the device until
   `summary`, which sums them on the host into the logged means, the window's worst step and
-  its throughput. A non-finite loss in it calls `on_nonfinite(step)` (which raises).
+  its throughput. A non-finite loss in it calls `on_nonfinite(step, 'loss', value)`, and a
+  non-finite param norm (the params after that step's update, which no train loss measures at
+  the last step) `on_nonfinite(step, 'param_norm', value)`; it raises.
 
   Beside the throughput, the loop's own time: `host_ms_per_step`, the host's time inside a
   step's call (its batch, placing it, dispatching the step; a diagnostics step's work too),
   and `input_ms_per_step`, the part of it spent waiting for the batch. Where the host keeps
   ahead of the chip, steps_per_sec is the chip's pace and input_ms_per_step is near 0."""
 
-  def __init__(self, on_nonfinite: Callable[[int], None]):
+  def __init__(self, on_nonfinite: Callable[[int, str, float], None]):
     self._pending: list[Any] = []
     self._on_nonfinite = on_nonfinite
     self._restart()
@@ -80,13 +94,15 @@ class MetricWindow:
     return len(self._pending)
 
   def check(self, step: int) -> None:
-    """Fetches the window ending at `step` to the host and checks its losses (a non-finite
-    one calls `on_nonfinite`), keeping it: a checkpoint between two log steps does not cut
-    the next record short."""
+    """Fetches the window ending at `step` to the host and checks its losses and param norms
+    (a non-finite one calls `on_nonfinite`), keeping it: a checkpoint between two log steps
+    does not cut the next record short."""
     self._pending = sharding.to_host(self._pending)
     for i, m in enumerate(self._pending):
-      if not np.isfinite(m["loss_sum"]):
-        self._on_nonfinite(step - len(self._pending) + i + 1)
+      for name in ("loss_sum", "param_norm"):  # the params before, then after, the update
+        if name in m and not np.isfinite(m[name]):
+          self._on_nonfinite(step - len(self._pending) + i + 1, name.removesuffix("_sum"),
+                             float(m[name]))
 
   def summary(self, step: int) -> dict[str, float]:
     """The window ending at `step`, summarized (and emptied)."""

@@ -457,7 +457,7 @@ def launch_lines(sweep: Sweep, config_path: str, workdir: str,
   """One command per unfinished point (for a cluster), then the aggregation command; `seeds`
   given on the command line go into each (a point of seed 5 is not a point of the file's).
   Every value is quoted for a POSIX shell: a line piped to bash runs that command alone."""
-  words = ["python", "scripts/sweep.py", f"--config={config_path}", f"--workdir={workdir}"]
+  words = ["python", "scripts/sweep.py", f"--sweep={config_path}", f"--workdir={workdir}"]
   if seeds:
     words.append(f"--seeds={','.join(str(s) for s in seeds)}")
   command = shlex.join(words)
@@ -672,7 +672,7 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
     if not load_results(workdir):  # stopped (or every point busy elsewhere) before any finished
       return (f"No point of sweep {sweep.name} has finished yet; rerun the same command to "
               "continue it (a stopped point resumes from its checkpoint).")
-  command = f"python scripts/sweep.py --config={config_path} --workdir=WORKDIR"
+  command = f"python scripts/sweep.py --sweep={config_path} --workdir=WORKDIR"
   if seeds:
     command += f" --seeds={','.join(str(s) for s in sweep.seeds)}"
   summary = aggregate(sweep, workdir, command=command)
