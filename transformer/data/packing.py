@@ -286,6 +286,11 @@ class Prefetch(grain.DatasetIterator):
   """Batches of `parent` made ahead in a background thread (`size` queued), so that the loop
   never waits on them; its state is that of the last batch handed out, restored exactly.
 
+  Ours, not grain.experimental.ThreadPrefetchDatasetIterator: that one gives the same batches
+  and states (tests/test_batch_identity.py passes with it) but, left open at interpreter exit,
+  prints an ignored AttributeError from its buffer clearing (grain 0.2.18;
+  tests/test_packing.py::test_a_prefetching_iterator_left_open_at_exit_prints_nothing).
+
   The thread stops when the iterator is closed, collected, or the interpreter exits (then
   while all still works: a daemon thread killed mid-batch at shutdown can print a traceback).
   """
