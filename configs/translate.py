@@ -2,8 +2,10 @@
 
 Trains on a local parallel corpus, a TSV of source<TAB>target lines or two line-aligned files;
 a SentencePiece vocabulary is trained on both sides once and saved as WORKDIR/tokenizer.model:
-  python scripts/train.py --config=configs/translate.py --workdir=/tmp/mt --config.data_files=train.tsv
-  python scripts/train.py --config=configs/translate.py --workdir=/tmp/mt --config.data_files=train.de,train.en
+  python scripts/train.py --config=configs/translate.py --workdir=/tmp/mt \
+      --config.data_files=train.tsv
+  python scripts/train.py --config=configs/translate.py --workdir=/tmp/mt \
+      --config.data_files=train.de,train.en
 or on a prepared TFDS dataset: --config.dataset=wmt14_translate/de-en (or wmt17_translate/de-en),
 direction --config.source_lang=de --config.target_lang=en.
 """

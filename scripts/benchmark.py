@@ -3,7 +3,8 @@ input pipeline alone; the training loop beside the step.
 
   python scripts/benchmark.py --config=configs/base.py --config.batch_size=16 --mode=train
   python scripts/benchmark.py --config=configs/default.py --mode=loop --loop_steps=400
-  python scripts/benchmark.py --sweep=configs/sweeps/p1_paper_size.py --mode=data   # its first point
+  python scripts/benchmark.py --sweep=configs/sweeps/p1_paper_size.py \
+      --mode=data   # its first point
   python scripts/benchmark.py --table=docs/gpu-runs/2026-11-27-h200-run   # a folder's table
 
 Prints the figures as JSON (and writes them to --output); --table prints the Markdown table of

@@ -31,7 +31,8 @@ _TARGET = flags.DEFINE_string(
     "target", "v5e:4x4", "A TPU topology (v5e:4x4, v4:2x2x1, ...), or h100:N or h200:N (N GPUs "
     "in one host).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the JSON report here too.")
-_TABLE = flags.DEFINE_string("table", None, "Build docs/accelerators/table.md's rows in this directory.")
+_TABLE = flags.DEFINE_string("table", None,
+                             "Build docs/accelerators/table.md's rows in this directory.")
 _AGGREGATE_ONLY = flags.DEFINE_bool("aggregate_only", False, "With --table: no compiling.")
 _ONLY = flags.DEFINE_string("only", "", "With --table: compile only rows whose name holds this "
                             "(e.g. big_v4), to share the rows between processes.")

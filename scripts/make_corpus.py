@@ -5,7 +5,8 @@ documentation packages as one xz'd text file (--corpus=debian_docs).
   python scripts/make_corpus.py --out=data/catalogs_en_de.tsv
   mkdir -p /tmp/debs && (cd /tmp/debs && apt-get download dict-gcide dict-wn linux-doc-6.1 \
       python3.11-doc perl-doc git-doc)
-  python scripts/make_corpus.py --corpus=debian_docs --debs=/tmp/debs --out=data/debian_docs_en.txt.xz
+  python scripts/make_corpus.py --corpus=debian_docs --debs=/tmp/debs \
+      --out=data/debian_docs_en.txt.xz
 
 catalogs (`transformer.data.message_catalogs.write_corpus`): every installed German gettext
 catalog as source<TAB>target lines, and OUT.json; what a machine yields depends on the

@@ -20,7 +20,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints, logs and config.json go.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
-                                   "host:port of process 0, for multi-host runs without auto-detection.")
+                                   "host:port of process 0, for multi-host runs without "
+                                   "auto-detection.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-host run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-host run.")
 _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(

@@ -99,7 +99,8 @@ def _module_reference(cfg, params, x, kv, mask):
       return a / np.sqrt(np.mean(a * a, -1, keepdims=True) + cfg.norm_epsilon) * p[name]["scale"]
     if cfg.qk_norm == "layernorm":
       a = a - a.mean(-1, keepdims=True)
-      return a / np.sqrt(a.var(-1, keepdims=True) + cfg.norm_epsilon) * p[name]["scale"] + p[name]["bias"]
+      return (a / np.sqrt(a.var(-1, keepdims=True) + cfg.norm_epsilon) * p[name]["scale"]
+              + p[name]["bias"])
     return a
   q, k = norm(q, "query_norm"), norm(k, "key_norm")
   dk = q.shape[-1]

@@ -1,4 +1,5 @@
-"""The matmul peak, timing, and scripts/benchmark.py end to end (the FLOP formula: test_model_summary.py)."""
+"""The matmul peak, timing, and scripts/benchmark.py end to end (the FLOP formula:
+test_model_summary.py)."""
 
 import json
 import subprocess
@@ -26,10 +27,12 @@ def test_matmul_peak_is_positive(devices):
     ("NVIDIA H200", "bfloat16", 989e12), ("NVIDIA H200", "float32", 495e12),  # TF32
     ("NVIDIA H100 80GB HBM3", "bfloat16", 989e12), ("NVIDIA A100-SXM4-80GB", "float32", 156e12),
     ("TPU v5 lite", "bfloat16", 197e12), ("TPU v5 lite", "float32", 197e12),  # one bf16 pass
-    ("TPU v5", "bfloat16", 459e12), ("TPU v6 lite", "bfloat16", 918e12), ("TPU v4", "float32", 275e12)])
+    ("TPU v5", "bfloat16", 459e12), ("TPU v6 lite", "bfloat16", 918e12),
+    ("TPU v4", "float32", 275e12)])
 def test_mfu_divides_by_the_published_peak_of_the_chip_and_dtype(kind, dtype, peak):
   got = benchmarking.mfu_figures(0.3 * 4 * peak, kind, 4, dtype, measured_peak=1e9)
-  assert got["mfu"] == pytest.approx(0.3) and got["mfu_peak_tflops"] == pytest.approx(4 * peak / 1e12)
+  assert (got["mfu"] == pytest.approx(0.3)
+          and got["mfu_peak_tflops"] == pytest.approx(4 * peak / 1e12))
   assert got["mfu_peak_source"].startswith("published peak of 4 x ")
 
 

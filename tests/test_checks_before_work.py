@@ -135,5 +135,5 @@ def test_a_run_parses_and_validates_its_config_once(driven):
   results, _ = driven
   output = results["counted"]["output"]
   assert results["counted"]["code"] == 0, output[-3000:]
-  [line] = [l for l in output.splitlines() if l.startswith("COUNTS ")]
+  [line] = [printed for printed in output.splitlines() if printed.startswith("COUNTS ")]
   assert json.loads(line[len("COUNTS "):]) == {"parse": 1, "validate": 1, "device_mesh": 1}

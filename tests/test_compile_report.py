@@ -220,7 +220,8 @@ ENTRY %main (logits: bf16[4,1000], ids: s32[4,1], table: f32[50,8], w: bf16[8,8]
   %ids = s32[4,1]{1,0} parameter(1)
   %table = f32[50,8]{1,0} parameter(2)
   %w = bf16[8,8]{1,0} parameter(3)
-  %g = (bf16[4,1]{1,0}, f32[6,8]{1,0}) fusion(%logits, %ids, %table), kind=kLoop, calls=%gather_fusion
+  %g = (bf16[4,1]{1,0}, f32[6,8]{1,0}) fusion(%logits, %ids, %table), kind=kLoop, \
+calls=%gather_fusion
   %s = bf16[4,1000]{1,0} fusion(%logits), kind=kLoop, calls=%scale_fusion
   %mm = (bf16[8,8]{1,0}, s8[4194304]{0}) custom-call(%w, %w), custom_call_target="__cublas$gemm"
   %top = bf16[2,8]{1,0} gather(%w, %ids), offset_dims={1}, slice_sizes={1,8}

@@ -1,4 +1,5 @@
-"""ModelConfig validation: every bad field raises ValueError naming the field and what is allowed."""
+"""ModelConfig validation: every bad field raises ValueError naming the field and what is
+allowed."""
 
 import pytest
 
@@ -39,7 +40,8 @@ def test_defaults_are_the_paper_base_model():
     (dict(posemb_scale=-1.0), ["posemb_scale=-1.0"]),
     (dict(attn_logit_softcap=-3.0), ["attn_logit_softcap=-3.0"]),
     (dict(head_dim=0), ["head_dim=0"]),
-    (dict(attn_logit_softcap_layers=1), ["attn_logit_softcap_layers", "attn_logit_softcap is None"]),
+    (dict(attn_logit_softcap_layers=1),
+     ["attn_logit_softcap_layers", "attn_logit_softcap is None"]),
     (dict(attn_logit_softcap=5.0, attn_logit_softcap_layers=0), ["attn_logit_softcap_layers=0"]),
     (dict(attn_logit_softcap=5.0, attn_logit_softcap_layers=1, scan_layers=True),
      ["attn_logit_softcap_layers", "scan_layers=False"]),

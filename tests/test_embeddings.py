@@ -37,7 +37,8 @@ TOKENS = jnp.array([[5, 9, 3, 63, 0, 17]])
 
 
 @pytest.mark.parametrize("target", ["token", "sum"])
-@pytest.mark.parametrize("embed_scale, value", [("sqrt_d", math.sqrt(32)), ("none", 1.0), (2.5, 2.5)])
+@pytest.mark.parametrize("embed_scale, value",
+                         [("sqrt_d", math.sqrt(32)), ("none", 1.0), (2.5, 2.5)])
 def test_embedding_output_is_scale_times_token_plus_pe(target, embed_scale, value):
   cfg = _small(embed_scale=embed_scale, embed_scale_target=target)
   x, variables = _embed(cfg, TOKENS)
@@ -51,7 +52,8 @@ def test_embedding_output_is_scale_times_token_plus_pe(target, embed_scale, valu
 def test_posemb_scale_multiplies_only_the_positional_part():
   x, variables = _embed(_small(posemb_scale=0.25), TOKENS)
   table = np.asarray(variables["params"]["embed"]["embedding"], np.float64)
-  expected = math.sqrt(32) * table[np.asarray(TOKENS[0])] + 0.25 * positional.sinusoidal_table(16, 32)[:6]
+  expected = (math.sqrt(32) * table[np.asarray(TOKENS[0])]
+              + 0.25 * positional.sinusoidal_table(16, 32)[:6])
   np.testing.assert_allclose(x[0], expected, rtol=1e-5, atol=1e-6)
 
 

@@ -156,7 +156,8 @@ def test_lm_defaults_are_the_findings_and_the_paper_is_one_flag_away():
              if getattr(model, k) != getattr(paper_model, k)}
   assert changed == {"norm_position", "logits_via_embedding", "attention_scale"}
   assert (model.norm_position, model.logits_via_embedding, model.attention_scale,
-          model.embed_scale, model.embed_init_std) == ("pre", False, "inv_dk", "sqrt_d", "inv_sqrt_d")
+          model.embed_scale, model.embed_init_std) == (
+      "pre", False, "inv_dk", "sqrt_d", "inv_sqrt_d")
   paper_fields, findings_fields = paper.to_dict(), findings.to_dict()
   assert ({k for k in findings_fields if findings_fields[k] != paper_fields[k]}
           == {"model", "schedule", "learning_rate"})

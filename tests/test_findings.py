@@ -28,7 +28,8 @@ def test_the_page_opens_with_a_verdict_for_every_question_and_explanation():
   first_screen = "\n".join(page.splitlines()[:40])
   table = first_screen[first_screen.index("## The verdicts"):]
   for row in ("Is the sqrt(d_model) in the paper?", "(a) It exists because the embedding is shared",
-              "(b) It is not needed at all", "(c) It keeps the positional encoding relatively small",
+              "(b) It is not needed at all",
+              "(c) It keeps the positional encoding relatively small",
               "(d) It cancels against the 1/sqrt(d_k)", "(e) The arithmetic",
               "(f) It keeps gradients in a good range", "Why scale before adding the positional",
               "The variance argument for 1/sqrt(d_k)"):

@@ -137,7 +137,7 @@ def test_local_multiprocess_joins_processes(stub_train, tmp_path):
   assert result.returncode == 0, result.stderr + "\n".join(logs)
   sums = set()
   for i, log in enumerate(logs):
-    line = next(l for l in log.splitlines() if l.startswith("process_index="))
+    line = next(logged for logged in log.splitlines() if logged.startswith("process_index="))
     fields = dict(kv.split("=") for kv in line.split())
     assert fields["process_index"] == str(i)
     assert fields["process_count"] == "2"
@@ -284,7 +284,7 @@ def fake_gcloud(tmp_path):
     result = subprocess.run(["bash", str(LAUNCH / "tpu_vm.sh"), *args], env=full_env,
                             capture_output=True, text=True, timeout=TIMEOUT)
     log = tmp_path / "gcloud.log"
-    calls = [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+    calls = [json.loads(call) for call in log.read_text().splitlines()] if log.exists() else []
     log.unlink(missing_ok=True)
     pylog = tmp_path / "python3.log"
     python_calls = pylog.read_text().splitlines() if pylog.exists() else []
@@ -338,7 +338,8 @@ def test_tpu_vm_setup_installs_a_python_3_11_where_the_image_has_an_older_one(fa
   assert python_calls[5].startswith("[-m][pip][install][-e][.[train,tpu]][-f]")
   assert "installing Python 3.11 with uv" in result.stderr
   result, _, python_calls = fake_gcloud("train", WORKDIR="gs://b/r")  # trains with it
-  assert result.returncode == 0 and python_calls == ["[scripts/train.py][--config=configs/default.py]"
+  assert result.returncode == 0 and python_calls == ["[scripts/train.py]"
+                                                     "[--config=configs/default.py]"
                                                      "[--workdir=gs://b/r]"]
 
 
@@ -405,9 +406,9 @@ def _dry_run(script, *args, **env):
 
 def _per_worker(lines, prefix, count):
   """The commands printed for workers (or tasks) 0..count-1: there must be exactly these."""
-  listed = [l for l in lines if re.match(rf"{prefix} \d+: ", l)]
-  assert [l.split(":", 1)[0] for l in listed] == [f"{prefix} {i}" for i in range(count)]
-  return [l.split(": ", 1)[1] for l in listed]
+  listed = [line for line in lines if re.match(rf"{prefix} \d+: ", line)]
+  assert [line.split(":", 1)[0] for line in listed] == [f"{prefix} {i}" for i in range(count)]
+  return [line.split(": ", 1)[1] for line in listed]
 
 
 def test_tpu_vm_dry_run_prints_what_every_worker_of_a_two_worker_slice_runs(tmp_path):

@@ -185,7 +185,8 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   tx = optimizers.make_optimizer(tiny_config)
   abstract = jax.eval_shape(lambda: steps.init_state(model, tx, jax.random.PRNGKey(0), batch))
   abstract = jax.tree_util.tree_map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding.replicated(mesh)), abstract)
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding.replicated(mesh)),
+      abstract)
   state, _ = checkpoint.Checkpointer(str(workdir)).restore(abstract)
   expected = np.asarray(model.logits(state.params, batch))
   np.save(tmp_path / "batch.npy", np.stack([batch["inputs"], batch["targets"]]))
@@ -223,7 +224,8 @@ def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   tiny_config.num_train_steps = 1
   loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
   tiny_config.model.d_model = 48
-  with pytest.raises(TrainingError, match=r"different model .*d_model 32 -> 48.*allow_model_change"):
+  with pytest.raises(TrainingError,
+                     match=r"different model .*d_model 32 -> 48.*allow_model_change"):
     loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
   tiny_config.model.d_model = 32
   # The saved data position counts batches: another batch size would resume elsewhere.

@@ -170,7 +170,8 @@ def test_bad_arguments():
 
 
 def test_loss_outputs_add_up_field_by_field_on_device_and_on_host():
-  a = losses.LossOutput(*(jnp.float32(v) for v in (1.0, 2.0, 0.5, 3.0, 4.0)), log_z=jnp.ones((2, 3)))
+  a = losses.LossOutput(*(jnp.float32(v) for v in (1.0, 2.0, 0.5, 3.0, 4.0)),
+                        log_z=jnp.ones((2, 3)))
   b = losses.LossOutput(*(jnp.float32(v) for v in (0.5, 1.0, 0.0, 1.0, 2.0)))
   total = losses.LossOutput.total([a, b])
   assert [float(v) for v in total[:5]] == [1.5, 3.0, 0.5, 4.0, 6.0] and total.log_z is None

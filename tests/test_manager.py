@@ -6,7 +6,6 @@ shard it. test_params and test_checksums reuse these states.
 
 import gc
 import logging
-import os
 import pathlib
 import shutil
 import subprocess

@@ -62,7 +62,9 @@ def test_param_counts_match_the_param_tree(decoder_only, tied):
   assert counts["embedding"] == 100 * 32  # shared by encoder, decoder (and output if tied)
   assert counts.get("output", 0) == (0 if tied else 32 * 100)  # a kernel, no bias
   assert ("encoder" not in counts) == decoder_only and counts["decoder"] > 0
-  summary = model_summary.summarize(model.parameter_groups(params), model.forward_flops({"inputs": (1, 16), "targets": (1, 16)}), 16)
+  summary = model_summary.summarize(
+      model.parameter_groups(params),
+      model.forward_flops({"inputs": (1, 16), "targets": (1, 16)}), 16)
   forward = model_summary.forward_flops(cfg, 16, 16, with_encoder=not decoder_only) / 16
   assert summary["flops_per_token"] == {"forward": forward, "train": 3 * forward, "seq_len": 16}
   text = model_summary.format_summary(summary)

@@ -1,4 +1,5 @@
-"""Whole models: causality, padding, packing, the KV cache, shared embeddings, the two conventions."""
+"""Whole models: causality, padding, packing, the KV cache, shared embeddings, the two
+conventions."""
 
 import functools
 import math
@@ -36,7 +37,8 @@ def tokens(seed, shape, low=3, high=V):
 @functools.lru_cache(maxsize=None)
 def seq2seq(name):
   model = Transformer(VARIANTS[name])
-  params = jax.jit(model.init)(jax.random.PRNGKey(0), tokens(0, (1, 6)), tokens(1, (1, 5)))["params"]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), tokens(0, (1, 6)),
+                               tokens(1, (1, 5)))["params"]
   return model, params, jax.jit(lambda p, i, t, **kw: model.apply({"params": p}, i, t, **kw))
 
 
@@ -84,7 +86,8 @@ def test_padding_never_changes_real_outputs(name):
 def test_packed_row_gives_each_sequences_own_logits(name):
   _, params, f = seq2seq(name)
   _, lparams, g = lm(name)
-  a_in, a_tg, b_in, b_tg = tokens(6, (1, 4)), tokens(7, (1, 5)), tokens(8, (1, 6)), tokens(9, (1, 3))
+  a_in, a_tg, b_in, b_tg = (tokens(6, (1, 4)), tokens(7, (1, 5)),
+                            tokens(8, (1, 6)), tokens(9, (1, 3)))
 
   def pack(a, b, total):
     row = jnp.pad(jnp.concatenate([a, b], 1), ((0, 0), (0, total - a.shape[1] - b.shape[1])))
@@ -141,7 +144,8 @@ def test_shared_embeddings_are_one_matrix_that_both_uses_train():
   targets = tokens(13, (2, 5), 20, 30)  # target tokens 20..29
   params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, targets)["params"]
   assert _shapes(params).count((V, 32)) == 1
-  grad = jax.jit(jax.grad(lambda p: jnp.sum(model.apply({"params": p}, inputs, targets) ** 2)))(params)
+  grad = jax.jit(jax.grad(
+      lambda p: jnp.sum(model.apply({"params": p}, inputs, targets) ** 2)))(params)
   rows = np.abs(np.asarray(grad["embedding"]["embedding"])).sum(-1)
   assert np.all(rows[np.unique(np.asarray(inputs))] > 0)  # the encoder's use
   assert np.all(rows[np.unique(np.asarray(targets[:, :-1]))] > 0)  # the decoder's use
@@ -157,7 +161,8 @@ def test_shared_embeddings_are_one_matrix_that_both_uses_train():
 
 def _init_scales(cfg, seed):
   model = Transformer(cfg)
-  inputs, targets = tokens(seed, (8, 32), 3, cfg.vocab_size), tokens(seed + 1, (8, 32), 3, cfg.vocab_size)
+  inputs, targets = (tokens(seed, (8, 32), 3, cfg.vocab_size),
+                     tokens(seed + 1, (8, 32), 3, cfg.vocab_size))
   variables = jax.jit(model.init)(jax.random.PRNGKey(seed), inputs, targets)
   logits, state = jax.jit(functools.partial(model.apply, capture_intermediates=True))(
       variables, inputs, targets)
@@ -166,7 +171,8 @@ def _init_scales(cfg, seed):
 
 
 def test_the_two_conventions_have_the_same_scales_at_init():
-  # (1) E ~ N(0, 1/d), input sqrt(d) E, logits h.E^T   (2) E ~ N(0, 1), input E, logits h.E^T / sqrt(d)
+  # (1) E ~ N(0, 1/d), input sqrt(d) E, logits h.E^T
+  # (2) E ~ N(0, 1), input E, logits h.E^T / sqrt(d)
   paper = ModelConfig.from_recipe("vaswani2017", vocab_size=500, d_model=128, num_heads=4,
                                   d_ff=256, num_encoder_layers=1, num_decoder_layers=1,
                                   max_len=32, dropout_rate=0.0)

@@ -36,7 +36,8 @@ def test_plot_names_and_units():
 def test_a_contrast_gives_the_tuning_plot_one_panel_per_setting(tmp_path, monkeypatch):
   from test_tuning import bowl, tuned_sweep
   from transformer.research.sweeps import tuning
-  sweep = tuned_sweep(axes=({"model.embed_scale": ["sqrt_d", "none"]},), contrast="model.embed_scale")
+  sweep = tuned_sweep(axes=({"model.embed_scale": ["sqrt_d", "none"]},),
+                      contrast="model.embed_scale")
   results = [bowl(s, lr, seed, 2e-3) for s in ("sqrt_d", "none") for lr in (1e-3, 2e-3, 4e-3)
              for seed in (0, 1, 2)]
   panels = []

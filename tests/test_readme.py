@@ -10,7 +10,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # The README's two commands: the main job, set up and run; the tests, set up and run.
 MAIN_JOB = ("python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[train]' && "
-            "python scripts/train.py --config=configs/default.py --workdir=/tmp/transformer-default")
+            "python scripts/train.py --config=configs/default.py "
+            "--workdir=/tmp/transformer-default")
 TESTS = ("python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && python -m "
          "pytest -n 2 tests")
 

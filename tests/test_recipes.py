@@ -12,8 +12,8 @@ from transformer.attention import attention_scale_value
 from transformer.models import DecoderOnly, Transformer
 
 D = 64
-# (embed multiplier, embed init std, tied logits, logits multiplier, posemb, layout, attention scale)
-# at d_model = 64 and d_k = 16, written from the implementations' documented behaviour.
+# (embed multiplier, embed init std, tied logits, logits multiplier, posemb, layout, attention
+# scale) at d_model = 64 and d_k = 16, written from the implementations' documented behaviour.
 FACTS = {
     "vaswani2017": (8.0, 1 / 8, True, 1.0, "sinusoidal", "interleaved", 1 / 4),
     "tensor2tensor": (8.0, 1 / 8, True, 1.0, "sinusoidal", "concat", 1 / 4),

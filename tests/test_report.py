@@ -16,7 +16,8 @@ def test_aggregate_from_stored_results_counts_diverged_seeds(tmp_path):
                  metrics=("eval/nll",), curves=(), fits=({"x": "model.head_dim", "y": "v"},))
   results = [fake_result(8, s, {"eval/nll": 2.0 + s, "v": 8.0}) for s in (0, 1)]
   results.append(fake_result(8, 2, {"eval/nll": 4.0, "v": -1.0}))  # a log-log fit cannot use it
-  results += [fake_result(16, 0, {"eval/nll": 1.0, "v": 16.0}), fake_result(16, 1, {}, status="diverged")]
+  results += [fake_result(16, 0, {"eval/nll": 1.0, "v": 16.0}),
+              fake_result(16, 1, {}, status="diverged")]
   for r in results:
     os.makedirs(tmp_path / "points" / r["name"])
     (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
@@ -47,10 +48,11 @@ def test_a_tuned_sweep_reports_each_arm_at_its_best_rate_and_paired_differences(
   summary = sweeps.aggregate(sweep, str(tmp_path), command="CMD")
   text = (tmp_path / "results.md").read_text()
   assert "## Each arm at its own best learning_rate" in text
-  assert "| embed_scale=sqrt_d | 0.001, 0.002, 0.004 | 0.002 | 3.000 ± 0.000 | 3.100 ± 0.100 | 3 |" in text
-  # none - sqrt_d = 0.30, 0.31, 0.32: mean 0.31, sd 0.01, t(0.975, 2) = 4.3027.
-  assert ("| embed_scale=none | embed_scale=sqrt_d | +0.3100 | [+0.2852, +0.3348] | 3 | 0.00035 | kept | higher |"
+  assert ("| embed_scale=sqrt_d | 0.001, 0.002, 0.004 | 0.002 | 3.000 ± 0.000 | 3.100 ± 0.100 | 3 |"
           in text)
+  # none - sqrt_d = 0.30, 0.31, 0.32: mean 0.31, sd 0.01, t(0.975, 2) = 4.3027.
+  assert ("| embed_scale=none | embed_scale=sqrt_d | +0.3100 | [+0.2852, +0.3348] | 3 | 0.00035 "
+          "| kept | higher |" in text)
   assert [b.best for b in summary["bests"]] == [2e-3, 2e-3]
   plot = tmp_path / "plots" / "tuning_eval_loss_vs_learning_rate.png"
   assert plot.stat().st_size > 1000 and "](plots/tuning_eval_loss_vs_learning_rate.png)" in text
@@ -79,8 +81,8 @@ def test_stored_test_rows_add_the_test_sets_error_and_correlations_read_every_ch
   sweeps.aggregate(sweep, str(tmp_path), command="CMD")
   text = (tmp_path / "results.md").read_text()
   assert "| test-set s.e. | 95% interval with test set | seeds | p | Holm | verdict |" in text
-  line = next(l for l in text.splitlines() if l.startswith("| embed_scale=none |")
-              and "[" in l)
+  line = next(row for row in text.splitlines() if row.startswith("| embed_scale=none |")
+              and "[" in row)
   assert "| 2.7" in line and line.endswith("| not settled |"), line
   pairs = [(xs[(a, 2e-3, s)], 3.0 + 0.1 * s if a == "sqrt_d" else 3.3 + 0.11 * s)
            for a in ("sqrt_d", "none") for s in (0, 1, 2)]
@@ -158,14 +160,14 @@ def test_also_report_gives_a_second_metric_at_the_same_choices_with_its_own_diff
   assert "| embed_scale=sqrt_d | 21.000 ± 1.000 | 3 |" in bleu
   assert "| embed_scale=none | 19.000 ± 1.000 | 3 |" in bleu
   # none - sqrt_d = -2 at every seed: no spread, the interval is the point.
-  assert "| embed_scale=none | embed_scale=sqrt_d | -2.0000 | [-2.0000, -2.0000] | 3 | - | - | lower |" \
-      in bleu
+  assert ("| embed_scale=none | embed_scale=sqrt_d | -2.0000 | [-2.0000, -2.0000] | 3 | - | - "
+          "| lower |" in bleu)
 
 
 def test_a_tuned_sweeps_fit_reads_each_arm_at_its_chosen_rate(tmp_path):
   """Head dims 8 and 16, each best at another rate: the fit joins the chosen points (y = x
   there, slope 1) and never the others (y = 100 there)."""
-  from test_grid import REPO, tiny_sweep
+  from test_grid import tiny_sweep
   sweep = tiny_sweep(axes=({"model.head_dim": [8, 16]},), seeds=(0, 1), metrics=("v",),
                      curves=(), tune={"learning_rate": [1e-3, 2e-3, 4e-3]}, select="eval/loss",
                      report="test/loss", fits=({"x": "model.head_dim", "y": "v"},))
@@ -177,7 +179,8 @@ def test_a_tuned_sweeps_fit_reads_each_arm_at_its_chosen_rate(tmp_path):
         point = sweeps.Point((("model.head_dim", dk), ("learning_rate", lr)), seed)
         r = {"name": point.name, "group": point.group, "overrides": dict(point.overrides),
              "seed": seed, "status": "ok", "curves": {},
-             "metrics": {"eval/loss": loss, "test/loss": loss, "v": dk if lr == best[dk] else 100.0}}
+             "metrics": {"eval/loss": loss, "test/loss": loss,
+                         "v": dk if lr == best[dk] else 100.0}}
         os.makedirs(tmp_path / "points" / r["name"])
         (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
   summary = sweeps.aggregate(sweep, str(tmp_path))
@@ -206,7 +209,8 @@ def test_a_tuned_sweep_reports_learning_rate_sensitivity_with_paired_differences
   # none - paper = (2 (2 + 0.1 s) - 2) / 3, but seed 2's far losses, 4.2, count as the cap
   diffs = [(2 * 2.0 - 2) / 3, (2 * 2.1 - 2) / 3, (2 * 2.15 - 2) / 3]
   mean, low, high = sweeps.tuning.t_interval(diffs)
-  assert f"| none | paper | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 | 0.0017 | kept | higher |" in text
+  assert (f"| none | paper | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 | 0.0017 | kept | higher |"
+          in text)
 
 
 def _committed_sweeps():
@@ -230,7 +234,8 @@ def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh
   sweep = sweeps.load_sweep(os.path.join(REPO, "configs", "sweeps", f"{name}.py"))
   command = f"python scripts/sweep.py --sweep=configs/sweeps/{name}.py --workdir=WORKDIR"
   summary = sweeps.aggregate(sweep, str(tmp_path), command=command)
-  tables = lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("![")).rstrip()  # noqa: E731
+  tables = lambda text: "\n".join(  # noqa: E731
+      line for line in text.splitlines() if not line.startswith("![")).rstrip()
   with open(os.path.join(committed, "results.md")) as f:
     assert tables((tmp_path / "results.md").read_text()) == tables(f.read())
   if name.startswith("m"):

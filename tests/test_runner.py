@@ -251,7 +251,8 @@ def test_seeds_given_on_the_command_line_are_checked_against_confirm_seeds(tmp_p
   path.write_text(
       "from transformer.research.sweeps import Sweep\n"
       "def get_sweep():\n"
-      f"  return Sweep(name='t', question='q?', base={os.path.join(REPO, 'configs/default.py')!r},\n"
+      "  return Sweep(name='t', question='q?', "
+      f"base={os.path.join(REPO, 'configs/default.py')!r},\n"
       "               axes=({'model.embed_scale': ['sqrt_d', 'none']},), seeds=(0, 1, 2),\n"
       "               tune={'learning_rate': [1e-3, 2e-3]}, confirm_seeds=(3, 4))\n")
   with pytest.raises(ValueError, match="repeat seeds"):

@@ -36,7 +36,8 @@ def test_a_fit_leaves_out_and_counts_points_it_cannot_use():
   ys = {8: 8.0, 16: -1.0, 32: math.inf}  # y <= 0 (a difference spec) and inf are unusable
   results = [fake_result(x, 0, {"y": y}) for x, y in ys.items()]
   results += [fake_result(8, 1, {}), fake_result(16, 1, {"y": 2.0}, status="diverged")]
-  assert sweeps.stats.fit_points(sweep, results, "model.head_dim", "y") == {("all", 0): [(8.0, 8.0)]}
+  assert sweeps.stats.fit_points(sweep, results, "model.head_dim", "y") == {
+      ("all", 0): [(8.0, 8.0)]}
   # The missing y counts; the diverged point is not a finished one.
   assert sweeps.stats.fit_left_out(results, "model.head_dim", "y") == 3
 
@@ -66,7 +67,8 @@ def test_fields_moving_with_x_belong_to_x_not_to_the_other_settings():
 
 
 def test_mean_std_ignores_diverged_values_and_cells_keep_significant_digits():
-  assert stats.mean_std([1.0, 3.0, float("nan"), float("inf")]) == (2.0, math.sqrt(2), 2)  # sample std
+  assert stats.mean_std([1.0, 3.0, float("nan"), float("inf")]) == (
+      2.0, math.sqrt(2), 2)  # sample std
   assert stats.cell(*stats.mean_std([])) == "-"
   assert stats.cell(2.0, 1.0, 2) == "2.000 ± 1.000" and stats.cell(2.0, 0.0, 1) == "2.000"
   assert stats.cell(0.00123, 0.0001, 3) == "1.23e-03 ± 1.00e-04"

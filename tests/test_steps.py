@@ -155,7 +155,8 @@ def test_gradient_accumulation_keeps_each_device_on_its_own_rows(devices):
 def test_step_rng_is_folded_with_the_step(devices):
   model, tx, lr_fn = _setup()
   batch = _batches(1)[0]
-  state = steps.init_state(model, tx, jax.random.PRNGKey(0), {k: jnp.asarray(v) for k, v in batch.items()})
+  state = steps.init_state(model, tx, jax.random.PRNGKey(0),
+                           {k: jnp.asarray(v) for k, v in batch.items()})
   step = jax.jit(steps.make_train_step(model, _fixed(tx, lr_fn)))
   _, m0 = step(state, batch, jax.random.PRNGKey(1), LR)
   _, m0_again = step(state, batch, jax.random.PRNGKey(1), LR)

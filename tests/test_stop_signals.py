@@ -1,4 +1,5 @@
-"""SIGTERM, SIGINT and SIGHUP set a flag the loop reads between steps; a second Ctrl-C stops at once."""
+"""SIGTERM, SIGINT and SIGHUP set a flag the loop reads between steps; a second Ctrl-C stops at
+once."""
 
 import os
 import signal

@@ -18,7 +18,6 @@ from transformer import checkpoint, storage
 from transformer.research import analysis
 from transformer.trained import evaluate
 from transformer.training import writers
-from transformer.inference import lines as lines_io
 
 
 def test_a_write_that_fails_leaves_the_file_and_no_temporary_file(tmp_path, monkeypatch):
@@ -148,7 +147,6 @@ def test_gs_paths_without_gcsfs_are_one_line_wherever_they_appear(tiny_config, t
   an ImportError ('Please install gcsfs') deep in etils or TFDS before, now one line naming
   the flag, before any work (as a gs:// --workdir already was)."""
   from transformer.errors import ConfigError
-  from transformer.inference import lines
   from transformer.training import experiment
   monkeypatch.setattr(storage, "_gcsfs_installed", lambda: False)
   said = r"is on GCS, which needs gcsfs: pip install -e '.\[gcs\]'.$"

@@ -107,7 +107,8 @@ from transformer.data import pipeline
 files = json.loads(sys.argv[1])
 config = bi.config_of("text_bytes_lm", "concat", files, sys.argv[2])
 ds = pipeline.get_datasets(config, process_index=0, process_count=1)
-print(json.dumps({"path": ds._train_store.path, "hashes": [bi.batch_hash(b) for b in ds.eval_batches()]}))
+print(json.dumps({"path": ds._train_store.path,
+                  "hashes": [bi.batch_hash(b) for b in ds.eval_batches()]}))
 """
 
 

@@ -15,7 +15,8 @@ CORPUS = ["The quick brown fox jumps over the lazy dog.", "Grüße aus Köln, na
           "emoji 🤖 and tabs\tand  double  spaces"] * 30
 TEXTS = CORPUS[:6] + [
     "", " ", "  leading and trailing  ", "line one\nline two\n\nparagraph",
-    "unseen scripts: ελληνικά, עברית, हिन्दी, 한국어, ქართული", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ｆｕｌｌ ｗｉｄｔｈ \x00\r\n"]
+    "unseen scripts: ελληνικά, עברית, हिन्दी, 한국어, ქართული",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ｆｕｌｌ ｗｉｄｔｈ \x00\r\n"]
 
 
 @pytest.fixture(scope="module")

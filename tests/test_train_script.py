@@ -219,9 +219,10 @@ def test_two_processes_train_like_one_process_with_as_many_devices(tfds_dir, tmp
   single = _run(flags(tmp_path / "single"), devices=4)
   assert single.returncode == 0, single.stderr[-2000:]
   _finish(_two_processes(flags(tmp_path / "multi"), tmp_path / "logs"))
-  np.testing.assert_allclose([r["loss"] for r in writers.read_metrics(str(tmp_path / "multi"), "train")],
-                             [r["loss"] for r in writers.read_metrics(str(tmp_path / "single"), "train")],
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+      [r["loss"] for r in writers.read_metrics(str(tmp_path / "multi"), "train")],
+      [r["loss"] for r in writers.read_metrics(str(tmp_path / "single"), "train")],
+      rtol=1e-5)
 
 
 # The processes agree on the stop step through JAX's coordination service, whose notice has

@@ -98,7 +98,8 @@ def test_the_choice_is_made_on_validation_and_reported_on_test():
 
 
 def test_t_interval_against_a_hand_computation():
-  # diffs 0.1, 0.2, 0.3: mean 0.2, sd 0.1, t(0.975, 2 dof) = 4.302653, half = 4.302653 * 0.1 / sqrt(3).
+  # diffs 0.1, 0.2, 0.3: mean 0.2, sd 0.1, t(0.975, 2 dof) = 4.302653,
+  # half = 4.302653 * 0.1 / sqrt(3).
   mean, low, high = sweeps.t_interval([0.1, 0.2, 0.3])
   half = 4.302653 * 0.1 / math.sqrt(3)
   assert mean == pytest.approx(0.2)
@@ -112,7 +113,8 @@ def test_paired_differences_each_arm_at_its_own_best():
   for seed in (0, 1, 2):
     for lr in (1e-3, 2e-3, 4e-3):
       # The paper's arm is best at 2e-3, the other at 4e-3, where it is 0.05 +- 0.01 worse.
-      results.append(result("sqrt_d", lr, seed, 3.0 + abs(math.log2(lr / 2e-3)), test=3.0 + 0.1 * seed))
+      results.append(result("sqrt_d", lr, seed, 3.0 + abs(math.log2(lr / 2e-3)),
+                            test=3.0 + 0.1 * seed))
       results.append(result("none", lr, seed, 3.0 + abs(math.log2(lr / 4e-3)),
                             test=3.05 + 0.1 * seed + 0.01 * (seed - 1)))
   bests = sweeps.best_per_arm(sweep, results)
@@ -327,7 +329,8 @@ def test_stored_results_match_their_arm_whatever_the_key_order():
   assert list(results[0]["overrides"]) == ["learning_rate", "model.d_model", "model.embed_scale"]
   bests = sweeps.best_per_arm(sweep, results)
   assert [(b.best, b.complete) for b in bests] == [(2e-3, True), (2e-3, True)]
-  assert not set(p.name for p in sweeps.tuning.points(sweep, results)) - {r["name"] for r in results}
+  assert not (set(p.name for p in sweeps.tuning.points(sweep, results))
+              - {r["name"] for r in results})
 
 
 def test_at_chosen_values_keeps_each_arm_at_its_own_best_rate_without_the_rate():

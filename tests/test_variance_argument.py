@@ -103,10 +103,12 @@ def test_slopes_and_their_t_interval_are_the_hand_computed_ones(toy, layer, read
 
 
 def test_logit_levels_are_the_mean_and_std_over_seeds(toy):
-  line = next(l for l in toy.splitlines() if l.startswith("| 1 | layer norm output | all | 8 |"))
+  line = next(row for row in toy.splitlines()
+              if row.startswith("| 1 | layer norm output | all | 8 |"))
   init = [0.5 * C[s] * 8 ** P_INIT[s] / 8 for s in (0, 1, 2)]
   final = [0.5 * C[s] * 8 ** P_FINAL[s] / 8 for s in (0, 1, 2)]
-  cell = lambda v: f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}"
+  def cell(v):
+    return f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}"
   assert line.split(" | ")[7] == f"{cell(init)} / {cell(final)}"
   assert "Every arm chose 0.01" in toy and "seeds 0-2" in toy
 

@@ -34,7 +34,8 @@ from transformer.errors import ConfigError
 def make_attention_mask(q_valid: jax.Array, kv_valid: jax.Array, *, causal: bool = False,
                         q_segmentation: Optional[jax.Array] = None,
                         kv_segmentation: Optional[jax.Array] = None) -> jax.Array:
-  """Padding (+ causal, + same-segment) mask: bool[B, 1, Lq, Lk] from q_valid bool[B, Lq], kv_valid bool[B, Lk]."""
+  """Padding (+ causal, + same-segment) mask: bool[B, 1, Lq, Lk] from q_valid bool[B, Lq],
+  kv_valid bool[B, Lk]."""
   mask = q_valid[:, :, None] & kv_valid[:, None, :]
   if causal:
     lq, lk = q_valid.shape[-1], kv_valid.shape[-1]
@@ -115,7 +116,8 @@ def attention_logits(query: jax.Array, key: jax.Array, *, scale: float,
 
 
 IMPLEMENTATIONS = MODES["attention_impl"]
-# ModelConfig.qkv_init -> the q/k/v kernel initialiser (fans of the flattened d x (heads*d_k) kernel).
+# ModelConfig.qkv_init -> the q/k/v kernel initialiser (fans of the flattened d x (heads*d_k)
+# kernel).
 _QKV_INIT = {"xavier": nn.initializers.xavier_uniform(), "lecun": nn.initializers.lecun_normal()}
 _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 

@@ -156,7 +156,8 @@ class ModelConfig:
       value = getattr(self, name)
       if name in SCALE_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value) or value <= 0:
-          raise ConfigError(f"ModelConfig.{name}={value!r}: a numeric value must be a finite number > 0.")
+          raise ConfigError(f"ModelConfig.{name}={value!r}: a numeric value must be a finite "
+                            "number > 0.")
         continue
       if value not in allowed:
         extra = " or a positive float" if name in SCALE_FIELDS else ""
@@ -188,7 +189,8 @@ class ModelConfig:
   def _validate_combinations(self) -> None:
     if self.attn_logit_softcap is not None and not self.attn_logit_softcap > 0:
       raise ConfigError(
-          f"ModelConfig.attn_logit_softcap={self.attn_logit_softcap!r} must be None or a number > 0.")
+          f"ModelConfig.attn_logit_softcap={self.attn_logit_softcap!r} must be None or a "
+          "number > 0.")
     if self.attn_logit_softcap_layers is not None:
       if self.attn_logit_softcap is None:
         raise ConfigError("ModelConfig.attn_logit_softcap_layers is set but attn_logit_softcap "
@@ -213,8 +215,9 @@ class ModelConfig:
     if (self.share_embeddings and self.target_vocab_size is not None
         and self.target_vocab_size != self.vocab_size):
       raise ConfigError(
-          f"ModelConfig.share_embeddings=True needs one vocabulary, but vocab_size={self.vocab_size} "
-          f"and target_vocab_size={self.target_vocab_size}; set share_embeddings=False or one size.")
+          "ModelConfig.share_embeddings=True needs one vocabulary, but "
+          f"vocab_size={self.vocab_size} and target_vocab_size={self.target_vocab_size}; "
+          "set share_embeddings=False or one size.")
 
   # ---- construction and serialisation ----
   @classmethod

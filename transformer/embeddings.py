@@ -111,7 +111,8 @@ def read_sown(tree: Any) -> tuple[jax.Array, Optional[jax.Array]]:
 
 
 class OutputLogits(nn.Module):
-  """Pre-softmax projection h [B, L, d] -> logits [B, L, vocab], tied (h.E^T) or untied, times logits_scale."""
+  """Pre-softmax projection h [B, L, d] -> logits [B, L, vocab], tied (h.E^T) or untied, times
+  logits_scale."""
 
   config: ModelConfig
   vocab_size: int
@@ -119,8 +120,9 @@ class OutputLogits(nn.Module):
 
   @nn.compact
   def __call__(self, h: jax.Array, *, decode: bool = False) -> jax.Array:
-    """h float[B, L, d] -> logits float[B, L, vocab] (compute dtype). decode=True: tied logits of a decoding
-    step read E^T [d, vocab], copied when the cache was created (`decode_cache.step_matmul`)."""
+    """h float[B, L, d] -> logits float[B, L, vocab] (compute dtype). decode=True: tied logits
+    of a decoding step read E^T [d, vocab], copied when the cache was created
+    (`decode_cache.step_matmul`)."""
     cfg = self.config
     if decode and self.has_variable("cache", "logits_kernel"):  # a decoding step
       logits = step_matmul(self, "logits", h)

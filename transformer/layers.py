@@ -79,7 +79,8 @@ class DecoderBlock(nn.Module):
   def __call__(self, x: jax.Array, self_mask: Optional[jax.Array], positions: jax.Array,
                encoded: Optional[jax.Array] = None, cross_mask: Optional[jax.Array] = None, *,
                deterministic: bool = True, decode: bool = False) -> jax.Array:
-    """x float[B, Lt, d], encoded float[B, Ls, d], masks bool[B, 1, Lt, Lt|Ls] -> float[B, Lt, d]."""
+    """x float[B, Lt, d], encoded float[B, Ls, d], masks bool[B, 1, Lt, Lt|Ls] ->
+    float[B, Lt, d]."""
     cfg = self.config
     self_attn = MultiHeadAttention(cfg, self_attention=True, name="self_attention")
     x = residual(cfg, x, lambda h: self_attn(h, h, self_mask, q_positions=positions,

@@ -2,9 +2,9 @@
 
 `summarize(groups, forward_flops, seq_len)` counts the parameters of a model by the parts its
 `parameter_groups` name (each embedding matrix, each stack, an untied output projection; a
-tied projection is the embedding, counted once) beside the FLOPs per token of the formula below (each model's
-`forward_flops` applies it to its own structure), the one scripts/benchmark.py divides by
-step time for MFU. Training logs it at the start and writes it
+tied projection is the embedding, counted once) beside the FLOPs per token of the formula
+below (each model's `forward_flops` applies it to its own structure), the one
+scripts/benchmark.py divides by step time for MFU. Training logs it at the start and writes it
 into config.json.
 
 Model FLOPs per step (the MFU convention of PaLM, Chowdhery et al. 2022: matmul FLOPs of the

@@ -264,7 +264,8 @@ class Transformer(nn.Module):
 
 
 class DecoderOnly(nn.Module):
-  """Language model: apply(variables, tokens) -> logits float[B, L, V], logits[:, t] predicting tokens[:, t]."""
+  """Language model: apply(variables, tokens) -> logits float[B, L, V], logits[:, t] predicting
+  tokens[:, t]."""
 
   config: ModelConfig
   batch_keys: ClassVar[tuple[str, ...]] = model_kinds.KINDS["lm"].batch_keys
@@ -279,7 +280,8 @@ class DecoderOnly(nn.Module):
   def __call__(self, tokens: jax.Array, *, segmentation: Optional[jax.Array] = None,
                position: Optional[jax.Array] = None, deterministic: bool = True,
                decode: bool = False, return_hidden: bool = False) -> jax.Array:
-    """tokens int[B, L] -> logits float[B, L, V]; with decode=True, tokens is the previous token [B, 1].
+    """tokens int[B, L] -> logits float[B, L, V]; with decode=True, tokens is the previous
+    token [B, 1].
 
     return_hidden=True returns the final hidden states float[B, L, d] (see `project`)."""
     if decode:

@@ -29,7 +29,8 @@ def sinusoidal_table(length: int, d_model: int, layout: str = "interleaved",
   if d_model % 2:
     raise ConfigError(f"sinusoidal_table needs an even d_model, got {d_model}.")
   if layout not in ("interleaved", "concat"):
-    raise ConfigError(f"sinusoidal_table layout={layout!r} is not one of ['interleaved', 'concat'].")
+    raise ConfigError(f"sinusoidal_table layout={layout!r} is not one of "
+                      "['interleaved', 'concat'].")
   pos = np.arange(length, dtype=np.float64)[:, None]
   inv_freq = max_timescale ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # [d/2]
   angles = pos * inv_freq  # [length, d/2]
@@ -46,7 +47,8 @@ def default_positions(tokens: jax.Array) -> jax.Array:
 
 
 class PositionEmbedding(nn.Module):
-  """Absolute position encoding, times `posemb_scale`: [B, L] int -> [B, L, d] (None if not additive)."""
+  """Absolute position encoding, times `posemb_scale`: [B, L] int -> [B, L, d] (None if not
+  additive)."""
 
   config: ModelConfig
 

@@ -67,7 +67,8 @@ RECIPES: dict[str, dict[str, Any]] = {
         share_embeddings=True,
         logits_via_embedding=True,  # T5.1.0 tied (T5.1.1 unties)
         logits_scale="inv_sqrt_d",  # tied logits rescaled by d_model**-0.5
-        posemb="none",  # T5 uses a relative position bias, not an absolute encoding (not built here)
+        # T5 uses a relative position bias, not an absolute encoding (not built here)
+        posemb="none",
         attention_scale="none",  # no run-time scale; d_head**-0.5 is folded into the query init
         norm_position="pre",
         norm="rmsnorm",  # T5LayerNorm: scale only, no mean subtraction

@@ -3,7 +3,8 @@ where Wortsman et al. 2023 see attention-logit growth in small models).
 1/sqrt(d_k) (the paper), 1/d_k (muP), none, QK-LayerNorm (with 1/sqrt(d_k)), a learned
 per-head temperature, a soft cap of 5 on the logits. Attention entropy and max |logit| are
 logged every 50 steps; collapse shows as entropy falling toward 0.
-  python scripts/sweep.py --sweep=configs/sweeps/attention_scale.py --workdir=/tmp/sweeps/attention_scale
+  python scripts/sweep.py --sweep=configs/sweeps/attention_scale.py \
+      --workdir=/tmp/sweeps/attention_scale
 """
 
 from transformer.research.sweeps import Sweep

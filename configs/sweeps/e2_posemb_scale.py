@@ -3,7 +3,8 @@ with the sinusoidal encoding scaled by 1/8, 1/2, 1, 2, 8 (token/PE RMS ratio sqr
 sqrt(2) / 8 at init), each at its own best learning rate, 3 seeds (5 at the chosen rates). If
 the token/PE balance is what sqrt(d) buys, the loss should worsen as the PE grows past the
 token and change little below it.
-  python scripts/sweep.py --sweep=configs/sweeps/e2_posemb_scale.py --workdir=docs/sweeps/e2_posemb_scale
+  python scripts/sweep.py --sweep=configs/sweeps/e2_posemb_scale.py \
+      --workdir=docs/sweeps/e2_posemb_scale
 """
 
 from transformer.research.sweeps import Sweep

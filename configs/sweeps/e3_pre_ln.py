@@ -4,7 +4,8 @@ residual stream still carries the raw embedding sum; Takase et al. 2023 ("Spike 
 argue that the embedding's scale matters there for stability (loss and gradient spikes).
 norm_position='pre' x {no scale, sqrt(d) on the token, a norm on the summed input embedding
 (embed_norm)} x embedding init std {0.02, d^-0.5}, each arm at its own best learning rate,
-3 seeds (and 2 more at each chosen rate); loss and gradient-norm spikes counted per 10-step window after warmup
+3 seeds (and 2 more at each chosen rate); loss and gradient-norm spikes counted per 10-step
+window after warmup
 (transformer.research.sweeps.stats.spike_stats: a step's loss 20% above the previous
 window's mean, a step's gradient norm over 4x the run's median).
   python scripts/sweep.py --sweep=configs/sweeps/e3_pre_ln.py --workdir=docs/sweeps/e3_pre_ln

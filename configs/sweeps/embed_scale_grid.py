@@ -6,7 +6,8 @@ learning-rate and optimizer dependence of the scale is the `conventions` sweep.)
 Questions 1 and 2 and hypothesis (a) of docs/findings.md: is sqrt(d) needed, and is it needed
 because of tied embeddings (init std d^-0.5 keeps tied logits small; sqrt(d) restores a unit
 input)? The embedding init is the paper's N(0, 1/d) throughout.
-  python scripts/sweep.py --sweep=configs/sweeps/embed_scale_grid.py --workdir=/tmp/sweeps/embed_scale_grid
+  python scripts/sweep.py --sweep=configs/sweeps/embed_scale_grid.py \
+      --workdir=/tmp/sweeps/embed_scale_grid
 """
 
 from transformer.research.sweeps import Sweep

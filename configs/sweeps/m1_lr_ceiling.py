@@ -21,7 +21,8 @@ Both layers' within-row logit variance and largest |logit| are stored through tr
 learning-rate sensitivity (tuning.sensitivity) reads seeds 0-2 over the 5e-3 to 8e-2 grid.
 Cuts (budget): 3 choosing seeds, not more; the arms run in the order above, so a partial run
 holds whole arms.
-  python scripts/sweep.py --sweep=configs/sweeps/m1_lr_ceiling.py --workdir=docs/sweeps/m1_lr_ceiling
+  python scripts/sweep.py --sweep=configs/sweeps/m1_lr_ceiling.py \
+      --workdir=docs/sweeps/m1_lr_ceiling
 """
 
 from transformer.research.sweeps import Sweep
@@ -66,7 +67,8 @@ def get_sweep() -> Sweep:
                "max:final/decoder/layer_0/self_attention/head_*/logit_absmax",
                "max:final/decoder/layer_1/self_attention/head_*/logit_absmax",
                "mean:final/decoder/layer_0/self_attention/head_*/entropy_deficit"),
-      # Through training, each layer: the heads' mean within-row logit variance, the largest |logit|.
+      # Through training, each layer: the heads' mean within-row logit variance, the largest
+      # |logit|.
       curves=("eval/loss",) + tuple(f"{reduce}:{ATTENTION.format(layer)}{name}"
                                     for reduce, name in (("mean", "logit_var_within"),
                                                          ("max", "logit_absmax"))

@@ -12,7 +12,8 @@ was 1e-2), one step further at an edge. Seeds 0 and 1 choose the rate; seeds 3-5
 the chosen rate only and are the only seeds the reported test NLL and the paired differences
 use (fresh_report). One data split for every seed (split_seed=0).
 Cuts (budget): two choosing seeds, not three; extend_edges=1.
-  python scripts/sweep.py --sweep=configs/sweeps/m2_balance_fixed_size.py --workdir=docs/sweeps/m2_balance_fixed_size
+  python scripts/sweep.py --sweep=configs/sweeps/m2_balance_fixed_size.py \
+      --workdir=docs/sweeps/m2_balance_fixed_size
 """
 
 from transformer.research.sweeps import Sweep

@@ -10,7 +10,8 @@ this init was 2e-2), one step further at an edge. Seeds 0 and 1 choose the rate;
 run at the chosen rate only and are the only seeds the reported test NLL and the paired
 differences use (fresh_report). One data split for every seed (split_seed=0).
 Cuts (budget): two choosing seeds, not three; extend_edges=1.
-  python scripts/sweep.py --sweep=configs/sweeps/m3_no_additive_pe.py --workdir=docs/sweeps/m3_no_additive_pe
+  python scripts/sweep.py --sweep=configs/sweeps/m3_no_additive_pe.py \
+      --workdir=docs/sweeps/m3_no_additive_pe
 """
 
 from transformer.research.sweeps import Sweep

@@ -12,7 +12,8 @@ Rates 5e-3, 1e-2, 2e-2 (one step further at an edge); seeds 0-1 choose, seeds 3-
 (fresh_report); one data split for every seed (split_seed=0). Cut for time: two choosing seeds,
 not three (as in M2 and M3), which brings the sweep to 54 runs, about 105 minutes of both cores
 on the 2-core machine.
-  python scripts/sweep.py --sweep=configs/sweeps/m4_penalty_vs_steps.py --workdir=docs/sweeps/m4_penalty_vs_steps
+  python scripts/sweep.py --sweep=configs/sweeps/m4_penalty_vs_steps.py \
+      --workdir=docs/sweeps/m4_penalty_vs_steps
 """
 
 from transformer.research.sweeps import Sweep

@@ -14,7 +14,8 @@ at an edge. Seeds 0 and 1 choose the rate; seeds 3-5 are run at the chosen rate 
 the only seeds the reported test NLL and the paired differences use (fresh_report). One data
 split for every seed (split_seed=0).
 Cuts (budget): two choosing seeds, not three; extend_edges=1.
-  python scripts/sweep.py --sweep=configs/sweeps/m7_rope_tying.py --workdir=docs/sweeps/m7_rope_tying
+  python scripts/sweep.py --sweep=configs/sweeps/m7_rope_tying.py \
+      --workdir=docs/sweeps/m7_rope_tying
 """
 
 from transformer.research.sweeps import Sweep

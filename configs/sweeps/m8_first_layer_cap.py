@@ -15,7 +15,8 @@ chosen on validation by seeds 0-1; seeds 3-5 run at the chosen rate only and are
 seeds reported (fresh_report); one data split for every seed (split_seed=0). Each run stores
 its test examples' NLL (the intervals' test-set term) and its layer-0 logit variance at step
 150 (the correlation with test NLL).
-  python scripts/sweep.py --sweep=configs/sweeps/m8_first_layer_cap.py --workdir=docs/sweeps/m8_first_layer_cap
+  python scripts/sweep.py --sweep=configs/sweeps/m8_first_layer_cap.py \
+      --workdir=docs/sweeps/m8_first_layer_cap
 """
 
 from transformer.research.sweeps import Sweep

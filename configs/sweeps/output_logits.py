@@ -1,7 +1,8 @@
 """Experiment 6: output logits. log Z (the log-partition of the softmax) and the max logit,
 tied embeddings with and without the 1/sqrt(d) logit scale, untied, each with and without
 z-loss 1e-4 (PaLM; Wortsman et al. 2023).
-  python scripts/sweep.py --sweep=configs/sweeps/output_logits.py --workdir=/tmp/sweeps/output_logits
+  python scripts/sweep.py --sweep=configs/sweeps/output_logits.py \
+      --workdir=/tmp/sweeps/output_logits
 """
 
 from transformer.research.sweeps import Sweep

@@ -14,7 +14,8 @@ The corpus: the English text of six Debian 12 documentation packages (15.7M word
 transformer/data/package_texts.py names them and their licences), made once by
   mkdir -p /tmp/debs && (cd /tmp/debs && apt-get download dict-gcide dict-wn linux-doc-6.1 \
       python3.11-doc perl-doc git-doc)
-  python scripts/make_corpus.py --corpus=debian_docs --debs=/tmp/debs --out=data/debian_docs_en.txt.xz
+  python scripts/make_corpus.py --corpus=debian_docs --debs=/tmp/debs \
+      --out=data/debian_docs_en.txt.xz
 (23.8 MiB; its manifest, with the sha256, is docs/sweeps/p1_paper_size/corpus.json). One split
 for every seed (split_seed 0): 0.5% of the paragraphs validate, 1% are the test set. The
 16k-piece SentencePiece model is trained once on the train split and committed beside the
@@ -46,15 +47,16 @@ is not run. Its removal was decided on 2026-11-28 after the 8 points above had b
 were committed with it), so it is not part of a declaration made before any point ran. The
 reason given then, that M9 answered its question at d_model 256, does not hold: M9's answer is
 not settled (the matched ratio buys back 0.086 [0.015, 0.157] nats of no scale's 0.639, not
-kept by Holm in M9's family; docs/findings.md, M9). It stays out because GPU time is scarce: its 6 choosing and 3
-reporting points would take about 12 minutes, two leases, and W1
+kept by Holm in M9's family; docs/findings.md, M9). It stays out because GPU time is scarce:
+its 6 choosing and 3 reporting points would take about 12 minutes, two leases, and W1
 (configs/sweeps/w1_d64.py) reads the token/PE balance at every width on the CPU.
 Rates: E5 found the optimum halve with each doubling of d_model (1e-2 at 64, 5e-3 at 128), which
 puts it at 1.25e-3 here; a sqrt(2) grid of three around it; an edge extends one sqrt(2) step at a
 time until the best rate is interior, at most three times a side. Seeds 0-1 choose on validation,
 seeds 3-5 report on test (fresh_report); test rows stored.
 
-Failure (`FAILURE`), fixed before any run it newly judges: besides a non-finite loss, a run whose last train
+Failure (`FAILURE`), fixed before any run it newly judges: besides a non-finite loss, a run
+whose last train
 loss is not 5% below its train loss at step 500 (stalled), or whose final diagnostics show a
 layer with a gradient norm under 1e-3 of the largest layer's (a dead layer), failed. A failed
 run is never chosen, is left out of the figure over the runs that did not fail, and is counted
@@ -103,9 +105,11 @@ On one H200 the benchmark's step is 9.8 ms, but the points trained at 33-44 step
 with the grain pipeline of then, 73-124 s a point in the lease of 2026-11-28
 (docs/gpu-runs/2026-11-28-h200); the dry run prints each point's time at the finished points'
 own pace:
-  python scripts/sweep.py --sweep=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size \
+  python scripts/sweep.py --sweep=configs/sweeps/p1_paper_size.py \
+      --workdir=docs/sweeps/p1_paper_size \
       --dry_run --pace_from=docs/sweeps/p1_paper_size --lease_seconds=480
-  python scripts/sweep.py --sweep=configs/sweeps/p1_paper_size.py --workdir=docs/sweeps/p1_paper_size \
+  python scripts/sweep.py --sweep=configs/sweeps/p1_paper_size.py \
+      --workdir=docs/sweeps/p1_paper_size \
       --compilation_cache=/tmp/jax_cache --time_budget=480
 docs/research_tools.md says how to run it on a GPU host or a TPU VM.
 """

@@ -14,6 +14,7 @@ from transformer.checkpoint.params import LoadedParams, load_params, stored_conf
 from transformer.checkpoint.step_dirs import (CHECKPOINT_DIR, IncompatibleCheckpointError,
                                               checkpoint_dir, finished_steps, newest_readable)
 
-__all__ = ["CONFIG_FILE", "IDENTITY_KEY", "CHECKPOINT_DIR", "Checkpointer", "IncompatibleCheckpointError",
-           "LoadedParams", "checkpoint_dir", "finished_steps", "load_params", "newest_readable", "read_config",
-           "stored_config", "to_json", "write_config"]
+__all__ = ["CONFIG_FILE", "IDENTITY_KEY", "CHECKPOINT_DIR", "Checkpointer",
+           "IncompatibleCheckpointError", "LoadedParams", "checkpoint_dir", "finished_steps",
+           "load_params", "newest_readable", "read_config", "stored_config", "to_json",
+           "write_config"]

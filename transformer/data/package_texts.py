@@ -5,8 +5,9 @@ paper-size campaign (configs/sweeps/p1_paper_size.py), about 15.7M words.
 archive's member names) and its licence as its copyright file states it. `documents` reads
 those members straight from the .deb (an `ar` archive holding data.tar.xz; no dpkg needed)
 and cuts each into paragraphs (`corpus_files.split_documents`); gzip'd members (dictd's
-.dict.dz) are decompressed, and a dictionary's documents are its entries. The text keeps its markup (reStructuredText, POD, AsciiDoc,
-dictionary entries): it is what the packages ship, not a cleaned corpus.
+.dict.dz) are decompressed, and a dictionary's documents are its entries. The text keeps its
+markup (reStructuredText, POD, AsciiDoc, dictionary entries): it is what the packages ship,
+not a cleaned corpus.
 Get the packages with `apt-get download PACKAGE...` (scripts/make_corpus.py --corpus=debian_docs
 says how); their versions and the output's sha256 go in the corpus's manifest.
 """

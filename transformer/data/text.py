@@ -73,7 +73,8 @@ def check_standard(config: Any) -> None:
 
 
 def is_standard(name: str) -> bool:
-  """Whether name is a standard TFDS dataset this module reads (wmtNN_translate/xx-yy, lm1b, ...)."""
+  """Whether name is a standard TFDS dataset this module reads (wmtNN_translate/xx-yy, lm1b,
+  ...)."""
   return name in _LM_EVAL_SPLITS or bool(_WMT.match(name))
 
 

@@ -5,7 +5,8 @@ UNK=2; `encode` never adds EOS (the data pipeline appends it) and `decode` stops
 EOS and skips PAD. A workdir holds exactly one tokenizer file, read back by `load_tokenizer`:
 
   WORKDIR/tokenizer.model   SentencePiece model (text datasets, tokenizer.kind='sentencepiece')
-  WORKDIR/tokenizer.json    {"type": "bytes"} or {"type": "synthetic", "task": ..., "vocab_size": ...}
+  WORKDIR/tokenizer.json    {"type": "bytes"} or
+                            {"type": "synthetic", "task": ..., "vocab_size": ...}
 
 SentencePiece is trained on the training split with identity normalisation, no whitespace
 folding and byte fallback, so decode(encode(text)) == text for any UTF-8 text: characters
@@ -71,7 +72,8 @@ class Tokenizer(abc.ABC):
     return self._decode(out)
 
   def save(self, path: str | os.PathLike) -> str:
-    """Writes the tokenizer atomically to `path` (a directory gets `file_name`); returns the file."""
+    """Writes the tokenizer atomically to `path` (a directory gets `file_name`); returns the
+    file."""
     path = epath.Path(path)
     if path.is_dir():
       path = path / self.file_name

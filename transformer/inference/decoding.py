@@ -17,9 +17,10 @@ positions. The loop ends as soon as every row has stopped.
 Any model kind decodes (`models.ModelKind`: its `start_decoding` and `decode_step` over an
 opaque state). A `Transformer` decodes a target for each source row (`inputs` int[B, Ls]); a
 `DecoderOnly` continues each prompt (`inputs` int[B, P], 0-padded on the right): the prompt
-is fed through the cache token by token (forced), then the model generates. Outputs are int32[B, L]: the
-generated tokens, EOS included when one was produced, 0 after it. `greedy`, `sample` and
-`beam_search` return them; `decode` (any method, a `DecodeConfig`) returns (tokens, scores).
+is fed through the cache token by token (forced), then the model generates. Outputs are
+int32[B, L]: the generated tokens, EOS included when one was produced, 0 after it. `greedy`,
+`sample` and `beam_search` return them; `decode` (any method, a `DecodeConfig`) returns
+(tokens, scores).
 """
 
 from __future__ import annotations

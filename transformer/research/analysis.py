@@ -342,7 +342,8 @@ def analyze(workdir: str, step: Optional[int] = None,
 
   records = read_metrics(workdir)
   result = {
-      "workdir": os.path.abspath(workdir) if storage.is_local(workdir) else workdir, "step": step, "num_batches": len(results),
+      "workdir": os.path.abspath(workdir) if storage.is_local(workdir) else workdir,
+      "step": step, "num_batches": len(results),
       "devices": jax.device_count(), "data": data,
       "model": model_config.to_dict(), "diagnostics": diag,
       "embedding": {s: embedding[s] for s in sorted(embedding, key=lambda s: s != "encoder")},

@@ -47,7 +47,8 @@ DIAGNOSTICS_BATCHES = experiment.base_config().diagnostics_batches
 
 
 def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
-  """Wall seconds of `fn()` (blocked until its outputs are ready), `repeats` times after `warmup`."""
+  """Wall seconds of `fn()` (blocked until its outputs are ready), `repeats` times after
+  `warmup`."""
   for _ in range(warmup):
     jax.block_until_ready(fn())
   times = []

@@ -42,7 +42,8 @@ CHIPS = {
     "v5e": Chip("TPU v5e", 197e12, 197e12, 16 * GB, 819 * GB, 400 * GB, r"TPU v5( lite|e)",
                 "cloud.google.com/tpu/docs/v5e (197 TFLOPs bf16; 16 GB, 819 GBps; ICI 400 GBps)"),
     "v5p": Chip("TPU v5p", 459e12, 459e12, 95 * GIB, 2765 * GB, 1200 * GB, r"TPU v5p?",
-                "cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16; 95 GiB, 2765 GBps; ICI 1200 GBps)"),
+                "cloud.google.com/tpu/docs/v5p (459 TFLOPs bf16; 95 GiB, 2765 GBps; "
+                "ICI 1200 GBps)"),
     "v6e": Chip("TPU v6e", 918e12, 918e12, 32 * GB, 1638 * GB, 800 * GB, r"TPU v6( lite|e)",
                 "cloud.google.com/tpu/docs/v6e (918 TFLOPs bf16; 32 GB, 1638 GBps; ICI 800 GBps)"),
     "a100": Chip("NVIDIA A100 SXM", 312e12, 156e12, 80 * GB, 2039 * GB, 600 * GB,

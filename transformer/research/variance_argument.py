@@ -500,7 +500,8 @@ def _logit_sentence(slopes: Sequence[SlopeRow], levels: Sequence[LevelRow]) -> s
   for r in rows:
     if r.sweep in varied:
       ends.setdefault((r.sweep, r.layer, r.setting), []).append(r)
-  trained = lambda r: t_interval(r.values["final/logit_var_within"])[0]
+  def trained(r: LevelRow) -> float:
+    return t_interval(r.values["final/logit_var_within"])[0]
   exponents = {(r.sweep, r.layer, r.setting): [v - 1.0 for v in r.slopes] for r in slopes
                if r.reading == "trained" and r.slopes}
   parts = []

@@ -371,6 +371,7 @@ def load_config(path: str) -> ml_collections.ConfigDict:
   (as --config=PATH:ARG does), for tests, sweeps and notebooks."""
   path, colon, arg = path.partition(":")
   if not os.path.isfile(path):
-    raise MissingFileError(f"Config file {path} does not exist; pass a path like configs/default.py.")
+    raise MissingFileError(f"Config file {path} does not exist; pass a path like "
+                           "configs/default.py.")
   return call_get(load_module(path), "get_config", path, ml_collections.ConfigDict,
                   *([arg] if colon else []))

@@ -66,7 +66,8 @@ def loss_sums(model: nn.Module, params: Any, batch: Batch, *, deterministic: boo
   def body(total, xs):
     return jax.tree_util.tree_map(jnp.add, total, chunk(*xs)), None
 
-  total, _ = jax.lax.scan(body, losses.LossOutput.zeros(), (jnp.moveaxis(hidden, 1, 0), jnp.moveaxis(targets, 1, 0)))
+  total, _ = jax.lax.scan(body, losses.LossOutput.zeros(),
+                          (jnp.moveaxis(hidden, 1, 0), jnp.moveaxis(targets, 1, 0)))
   return total
 
 
@@ -232,7 +233,8 @@ class OnMesh:
 
 class Steps(NamedTuple):
   """What `build_steps` makes of an experiment config, every function jit-compiled."""
-  train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics), state donated; the peak rate bound
+  train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics),
+                                                 # state donated; the peak rate bound
   eval: Callable[[Any, Batch], losses.LossOutput]  # (params, batch) -> sums
   grads: Callable[[Any, Batch, jax.Array], Any]  # (params, batch, rng) -> grads (diagnostics)
   init: Callable[[jax.Array], TrainState]  # rng -> a fresh state, laid out as state_shardings

@@ -24,7 +24,8 @@ from transformer.research.sweeps.tuning import (Paired, best_per_arm, holm, pair
                                                 paired_differences, searched_values, t_interval,
                                                 test_set_se)
 
-__all__ = ["POINTS_DIR", "RESULT_FILE", "UNSET", "FailureRule", "LOCK_FILE", "Point", "Sweep", "aggregate", "best_per_arm",
+__all__ = ["POINTS_DIR", "RESULT_FILE", "UNSET", "FailureRule", "LOCK_FILE", "Point", "Sweep",
+           "aggregate", "best_per_arm",
            "check_sweep", "headline_arms", "paired_differences", "searched_values", "t_interval",
            "claim", "expand", "fit_slopes", "is_finished", "launch_lines", "length_losses",
            "load_results", "load_sweep", "metric_value", "point_config", "point_dir",

@@ -47,8 +47,8 @@ A sweep file (configs/sweeps/*.py) is code: its get_sweep() returns a `Sweep`:
   trend             optional numeric axis field (num_train_steps): the paired differences at
                     each of its values read as one series per comparison, with a line in
                     log10 of the field fitted per seed and where it would reach 0, and a
-                    power law beside it (tuning.trend); needs tune, the field alone on its axis and a contrast on
-                    another axis
+                    power law beside it (tuning.trend); needs tune, the field alone on its
+                    axis and a contrast on another axis
   sensitivity_cap   optional: report each arm's learning-rate sensitivity over `tune`'s grid
                     (tuning.sensitivity), a diverged or worse run counting as this loss
   arm_values        optional {arm name: values of the tuned field} searched for that arm in
@@ -255,7 +255,8 @@ def _check_names(sweep: Sweep) -> None:
 def _check_shape(sweep: Sweep) -> None:
   """A Sweep, with seeds, a base config file and axes whose fields move together."""
   if not isinstance(sweep, Sweep):
-    raise ConfigError(f"get_sweep() must return a transformer.research.sweeps.Sweep, not {type(sweep)}.")
+    raise ConfigError("get_sweep() must return a transformer.research.sweeps.Sweep, not "
+                      f"{type(sweep)}.")
   if not sweep.seeds:
     raise ConfigError("The sweep has no seeds.")
   seeds = list(sweep.seeds)

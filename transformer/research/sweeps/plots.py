@@ -122,7 +122,8 @@ def curve_plots(sweep: Sweep, groups: dict[str, list[dict[str, Any]]],
     ax.set_ylabel(f"{name if len(name) <= 30 else name.rsplit('/', 1)[-1]} ({unit(name)})")
     if any(k in curve for k in ("loss", "perplexity", "update_ratio", "grad_norm", "absmax",
                                 "_var")) and \
-        all(v > 0 for g in groups.values() for r in g for v in curve_values(r["curves"], curve).values()):
+        all(v > 0 for g in groups.values() for r in g
+            for v in curve_values(r["curves"], curve).values()):
       ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14))

@@ -219,9 +219,9 @@ def _tuning_lines(sweep: Sweep, bests: list[tuning.ArmBest],
     lines += ["Arms: " + "; ".join(f"**{b.name}** = {b.arm}" for b in bests) + ".", ""]
   lines += [
            f"Chosen on {sweep.select} (lowest mean over seeds; a value where a seed "
-           f"{sweep.not_ok} is never chosen), reported on {sweep.report}. 'edge': the best is an end of the "
-           "values searched, so the optimum may lie beyond; 'searching': values still to run; "
-           "'fixed': run at one given value, not searched."
+           f"{sweep.not_ok} is never chosen), reported on {sweep.report}. 'edge': the best is an "
+           "end of the values searched, so the optimum may lie beyond; 'searching': values still "
+           "to run; 'fixed': run at one given value, not searched."
            + (f" The choice uses seeds {_seed_list(sweep.seeds)}; seeds "
               f"{_seed_list(sweep.confirm_seeds)} are run at the chosen value only and "
               + (f"are the only seeds {sweep.report} and the differences use (seeds that did "

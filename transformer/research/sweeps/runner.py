@@ -3,8 +3,8 @@ written last (so a point with one is finished and an interrupted sweep resumes w
 stopped; an unfinished point resumes from its own checkpoints).
 
 Result keys: 'eval/*', 'train/*' and 'test/*' (the final metrics; test with a test split;
-'decode/bleu' and 'test/bleu' when a seq2seq run scores BLEU),
-'init/*' and 'final/*' (the first and last diagnostics records; 'step_{S}/*' at sweep.at_steps), 'spikes/*'
+'decode/bleu' and 'test/bleu' when a seq2seq run scores BLEU), 'init/*' and 'final/*' (the
+first and last diagnostics records; 'step_{S}/*' at sweep.at_steps), 'spikes/*'
 (stats.spike_stats), 'length_{f}x/loss', 'status' ('ok', 'diverged', or 'failed' with its
 'failure' reason: stalled or a dead layer by the sweep's failure rule, which is read again as
 the results are read (`stats.load_results`), or else by the default one); beside the metrics,

@@ -197,13 +197,15 @@ def spike_stats(series: dict[str, list[list[float]]], after_step: int) -> dict[s
   need = ("train/loss", "train/loss_step_max", "train/grad_norm", "train/grad_norm_step_max")
   if not all(k in series for k in need):
     return {}
-  mean, worst = dict(map(tuple, series["train/loss"])), dict(map(tuple, series["train/loss_step_max"]))
+  mean, worst = (dict(map(tuple, series["train/loss"])),
+                 dict(map(tuple, series["train/loss_step_max"])))
   steps = sorted(mean)
   jumps = [worst[s] / mean[prev] - 1.0 for prev, s in zip(steps, steps[1:])
            if s > after_step and s in worst and mean[prev] > 0]
   norms = [v for s, v in series["train/grad_norm"] if s > after_step]
   median = float(np.median(norms)) if norms else float("nan")
-  ratios = [v / median for s, v in series["train/grad_norm_step_max"] if s > after_step and median > 0]
+  ratios = [v / median for s, v in series["train/grad_norm_step_max"]
+            if s > after_step and median > 0]
   return {"spikes/loss": float(sum(j > SPIKE_LOSS_JUMP for j in jumps)),
           "spikes/loss_max_jump": max(jumps, default=float("nan")),
           "spikes/grad_norm": float(sum(r > SPIKE_GRAD_RATIO for r in ratios)),

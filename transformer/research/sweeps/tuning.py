@@ -357,7 +357,8 @@ def fixed_arms(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
   return out
 
 
-def t_interval(differences: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+def t_interval(differences: Sequence[float],
+               confidence: float = 0.95) -> tuple[float, float, float]:
   """(mean, low, high): the two-sided t-interval of the mean of paired differences."""
   d = np.asarray(differences, np.float64)
   if d.size == 0:
