@@ -330,6 +330,17 @@ def test_a_cache_on_an_object_store_is_one_line(tmp_path, monkeypatch):
   assert os.listdir(tmp_path) == []
 
 
+def test_a_cache_on_an_object_store_is_refused_only_where_a_store_must_go_there(tmp_path,
+                                                                              monkeypatch):
+  """Beside a writable local dataset the cache is never needed: a gs:// value does not end
+  the run there."""
+  monkeypatch.setenv(token_store.CACHE_ENV, "gs://bucket/x")
+  store = token_store.open_or_build(_EXAMPLES, ("targets",), vocab_size=64, key={"k": 1},
+                                    home=str(tmp_path / "tfds"), description="test")
+  assert len(store) == len(_EXAMPLES)
+  assert os.listdir(tmp_path / "tfds" / "tokens")
+
+
 def test_a_meta_json_that_is_a_directory_is_a_damaged_store(tmp_path, caplog):
   """It was an IsADirectoryError traceback."""
   built = _build(tmp_path)

@@ -23,6 +23,13 @@ def test_m9s_points_are_the_d_model_256_row():
   assert sweep.arm_names == m9.arm_names and sweep.pairs == m9.pairs
   for metric in ("init/decoder/embed/ratio", "final/decoder/embed/ratio"):
     assert all(metric in r["metrics"] for r in results)
+  # Read by W1's rule one of M9's choosing runs fails, at a rate no arm chose: nothing moves.
+  judged = runner.load_results(os.path.join(REPO, "docs", "sweeps", "m9_width_256"),
+                               W1.DECLARED_RULE)
+  assert [r["name"] for r in judged if r["status"] != "ok"] == [
+      "embed_scale=none,posemb_scale=1,learning_rate=0.0035355,seed=0"]
+  bests = lambda rs: [(b.name, b.best, b.report) for b in tuning.best_per_arm(sweep, rs)]  # noqa: E731
+  assert bests(judged) == bests(results)
 
 
 def test_the_rows_differ_in_the_width_and_what_follows_it_only():

@@ -126,7 +126,9 @@ VOCAB = 16384
 ITT_MISSING = math.log(VOCAB)  # a run without a finite test NLL: the uniform model's, 9.704
 CORPUS = "data/debian_docs_en.txt.xz"
 WORKDIR = "docs/sweeps/p1_paper_size"
-FAILURE = FailureRule(stall_step=500, min_fall=0.05, dead_ratio=1e-3)
+# As declared (the warmup and non-finite-layer judgments added to FailureRule later are off).
+FAILURE = FailureRule(stall_step=500, min_fall=0.05, dead_ratio=1e-3, judge_warmup=False,
+                      judge_nonfinite_layers=False)
 # The test-NLL Holm family: each arm minus the paper, pe_down's left out (exploratory).
 HOLM_FAMILY = (("no_scale", "paper"), ("embed_lr_fixed", "paper"))
 METRICS = ("eval/loss", "test/loss", "final/decoder/embed/ratio",

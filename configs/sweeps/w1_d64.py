@@ -60,6 +60,9 @@ HEAD_DIM = 64
 RATE_AT_64 = 1e-2  # E5's optimum at d_model 64; it halves with each doubling of the width
 LAYER0 = "mean:{}/decoder/layer_0/self_attention/head_*/logit_var_within"
 WIDTHS = (64, 128, 256)
+# The default FailureRule() as it was when W1 was declared: the warmup and non-finite-layer
+# judgments added to the default after W1's first points ran are off.
+DECLARED_RULE = FailureRule(judge_warmup=False, judge_nonfinite_layers=False)
 SWEEP_OF_WIDTH = {64: "w1_d64", 128: "w1_d128", 256: "m9_width_256"}
 
 
@@ -86,7 +89,7 @@ def width_sweep(d_model: int, name: str) -> Sweep:
       tune={"learning_rate": [round(rate / math.sqrt(2), 7), rate,
                               round(rate * math.sqrt(2), 7)]},
       extend_edges=3,
-      failure=FailureRule(),
+      failure=DECLARED_RULE,
       at_steps=(150,),
       metrics=("eval/loss", "test/loss", "init/decoder/embed/ratio",
                "final/decoder/embed/ratio", LAYER0.format("init"), LAYER0.format("step_150"),

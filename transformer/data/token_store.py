@@ -228,7 +228,12 @@ def _places(home: Optional[str], key: Mapping[str, Any]) -> list[str]:
   """Where the store may lie: beside a local prepared dataset (home/tokens/NAME), then in
   the cache (cache_root()/NAME)."""
   local = [os.path.join(home, "tokens", _name(key))] if home and "://" not in home else []
-  return local + [os.path.join(cache_root(), _name(key))]
+  try:
+    return local + [os.path.join(cache_root(), _name(key))]
+  except ConfigError:  # a cache that is a URL: refused only where a store must go there
+    if local:
+      return local
+    raise
 
 
 def store_path(home: Optional[str], key: Mapping[str, Any]) -> str:

@@ -6,8 +6,9 @@
             ratio at init, one curve per width (d_model 64, 128 at 4 layers; M9 at 256)
 
 Each point is a row of its sweep's own paired table (`tuning.paired_differences`: the seeds the
-sweep reports, with the test set's sampling error where its runs stored their test rows), so
-the page says nothing its sweeps' results.md do not. A sweep whose arms have not chosen a rate
+sweep reports, with the test set's sampling error where its runs stored their test rows; the
+intention-to-treat rows, failed runs counted, where the sweep fixes a failure rule), so the
+page says nothing its sweeps' results.md do not. A sweep whose arms have not chosen a rate
 yet (W1 while it runs) contributes the arms that have. `fill` writes the tables between the
 page's markers; `scripts/findings.py` is the one command.
 """
@@ -69,13 +70,17 @@ class Point:
   sweep: str
   paired: tuning.Paired
   arm: str = ""
+  failed: int = 0  # reporting seeds of the arm or its baseline that failed (counted: ITT)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Table:
-  """A sweep's paired rows and each arm's mean token/PE ratio at init over its reported runs."""
+  """A sweep's paired rows (intention to treat where it fixes a failure rule: every reporting
+  run counted, as such a sweep declares its headline), each arm's failed reporting seeds and
+  its mean token/PE ratio at init over its reported runs."""
   paired: dict[tuple[str, str], tuning.Paired]
   init_ratio: dict[str, float]
+  failed: dict[str, int]
 
 
 def _read(sweep_name: str, configs_dir: str, sweeps_dir: str) -> Optional[_Table]:
@@ -91,8 +96,9 @@ def _read(sweep_name: str, configs_dir: str, sweeps_dir: str) -> Optional[_Table
     runs = [r for r in tuning.at_chosen_values(sweep, results, [best])
             if r.get("status") == "ok" and r["seed"] in best.report_by_seed]
     ratios[best.name] = mean_std([metric_value(r["metrics"], INIT_RATIO) for r in runs])[0]
-  return _Table({(p.arm, p.baseline): p for p in tuning.paired_differences(sweep, bests)},
-                ratios)
+  rows = (tuning.itt_differences if sweep.failure else tuning.paired_differences)(sweep, bests)
+  return _Table({(p.arm, p.baseline): p for p in rows}, ratios,
+                {b.name: len(b.failed_seeds) for b in bests})
 
 
 def _points(series: Sequence[Series], configs_dir: str, sweeps_dir: str) -> list[Point]:
@@ -109,7 +115,8 @@ def _points(series: Sequence[Series], configs_dir: str, sweeps_dir: str) -> list
         continue
       if s.axis == "ratio":
         x = table.init_ratio.get(arm, math.nan)
-      out.append(Point(s.label, s.axis, x, sweep, row, arm))
+      failed = table.failed.get(arm, 0) + table.failed.get(baseline, 0)
+      out.append(Point(s.label, s.axis, x, sweep, row, arm, failed))
   return out
 
 
@@ -129,8 +136,9 @@ def table(found: Sequence[Point], x_name: str) -> str:
            "| from |", "|---|---|---|---|---|---|---|"]
   for p in found:
     low, high = p.paired.interval
+    seeds = f"{p.paired.seeds}" + (f" ({p.failed} failed, counted)" if p.failed else "")
     lines.append(f"| {p.series} | {p.arm} | {p.x:.3g} | {p.paired.mean:+.3f} | "
-                 f"[{low:+.3f}, {high:+.3f}] | {p.paired.seeds} | "
+                 f"[{low:+.3f}, {high:+.3f}] | {seeds} | "
                  f"[{p.sweep}](sweeps/{p.sweep}/results.md) |")
   return "\n".join(lines)
 

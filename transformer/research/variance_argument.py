@@ -563,11 +563,9 @@ def _sweep_section(sweeps_dir: str, configs_dir: str,
   return lines, slopes, levels
 
 
-def report(sweeps_dir: str = "docs/sweeps", configs_dir: str = "configs/sweeps",
-           sweeps: Sequence[str] = SWEEPS) -> str:
-  """A markdown section: Question 5's argument read at the layers whose input is a layer
-  norm's output (post-LN layer 0 kept for contrast), from the committed result.json files of
-  `sweeps` under sweeps_dir and their sweep files under configs_dir."""
+def _read_all(sweeps_dir: str, configs_dir: str, sweeps: Sequence[str]
+              ) -> tuple[list[str], list[SlopeRow], list[LevelRow]]:
+  """Every sweep's markdown lines, slope rows and level rows, in order."""
   body: list[str] = []
   slopes: list[SlopeRow] = []
   levels: list[LevelRow] = []
@@ -576,9 +574,22 @@ def report(sweeps_dir: str = "docs/sweeps", configs_dir: str = "configs/sweeps",
     body += lines
     slopes += s
     levels += lv
-  premise = [r for r in slopes if r.normalised and r.slopes]
-  contrast = [r for r in slopes if not r.normalised and r.slopes]
-  lead = [_slope_sentences(premise, contrast), _logit_sentence(slopes, levels),
+  return body, slopes, levels
+
+
+def _premise_and_contrast(slopes: Sequence[SlopeRow]) -> tuple[list[SlopeRow], list[SlopeRow]]:
+  """The slope rows at layers whose input is normalised, and those at the embedding sum."""
+  return ([r for r in slopes if r.normalised and r.slopes],
+          [r for r in slopes if not r.normalised and r.slopes])
+
+
+def report(sweeps_dir: str = "docs/sweeps", configs_dir: str = "configs/sweeps",
+           sweeps: Sequence[str] = SWEEPS) -> str:
+  """A markdown section: Question 5's argument read at the layers whose input is a layer
+  norm's output (post-LN layer 0 kept for contrast), from the committed result.json files of
+  `sweeps` under sweeps_dir and their sweep files under configs_dir."""
+  body, slopes, levels = _read_all(sweeps_dir, configs_dir, sweeps)
+  lead = [_slope_sentences(*_premise_and_contrast(slopes)), _logit_sentence(slopes, levels),
           _mean_square_sentence(levels)]
   how = ("Made by `python scripts/findings.py` "
          "(transformer/research/variance_argument.py: how rates and seeds are chosen, and "
@@ -623,15 +634,9 @@ def summary(sweeps_dir: str = "docs/sweeps", configs_dir: str = "configs/sweeps"
             sweeps: Sequence[str] = SWEEPS) -> str:
   """The short form of `report` for the findings page: its lead, the slopes of every sweep
   that varies d_k (init and trained), and E6's layer-1 trained logit variance by d_k."""
-  slopes: list[SlopeRow] = []
-  levels: list[LevelRow] = []
-  for name in sweeps:
-    _, s, lv = _sweep_section(sweeps_dir, configs_dir, name)
-    slopes += s
-    levels += lv
-  premise = [r for r in slopes if r.normalised and r.slopes]
-  contrast = [r for r in slopes if not r.normalised and r.slopes]
-  return "\n".join([_slope_sentences(premise, contrast), ""] + _summary_slopes(slopes)
+  _, slopes, levels = _read_all(sweeps_dir, configs_dir, sweeps)
+  return "\n".join([_slope_sentences(*_premise_and_contrast(slopes)), ""]
+                   + _summary_slopes(slopes)
                    + ["", "The trained logit variance the softmax sees, mean ± std over seeds:",
                       ""] + _summary_logits(levels)) + "\n"
 

@@ -23,29 +23,39 @@ class FailureRule:
               train record at step `stall_step` (it stopped learning after that step); None:
               the run's first train record at or after its warmup_steps. Judged only where
               the last record is at least `min_span` steps later: over fewer steps a loss
-              that fell little says nothing (a test's or a smoke run's few steps). A loss
-              already below min_fall x its first record's at `stall_step` converged before
-              it (a task learnt during warmup: nothing left to fall), and is not stalled
-  blew up     judged alike: its loss rose more than min_fall from its first record to
-              `stall_step`, and its last is not below that first record's (it did not come
-              back)
+              that fell little says nothing (a test's or a smoke run's few steps). With
+              `judge_warmup`, a loss already below min_fall x its first record's at
+              `stall_step` converged before it (a task learnt during warmup: nothing left to
+              fall), and is not stalled
+  blew up     with `judge_warmup`, judged alike: its loss rose more than min_fall from its
+              first record to `stall_step`, and its last is not below that first record's (it
+              did not come back)
   dead layer  at its last diagnostics record, a layer's gradient norm
-              ('grad_norm/decoder/layer_*' and encoder's) is not finite, or below `dead_ratio`
-              x the largest layer's (the layer no longer learns: an attention entropy
-              collapse ends so, Zhai et al. 2023), or every layer's is 0
+              ('grad_norm/decoder/layer_*' and encoder's) is below `dead_ratio` x the largest
+              layer's (the layer no longer learns: an attention entropy collapse ends so,
+              Zhai et al. 2023); with `judge_nonfinite_layers`, also one that is not finite,
+              or every layer's 0
+  A sweep declared before the two switches existed fixes them False: the rule it declared.
   """
   stall_step: Optional[int] = None
   min_fall: float = 0.05
   dead_ratio: float = 1e-3
   min_span: int = 100
+  judge_warmup: bool = True
+  judge_nonfinite_layers: bool = True
 
   def describe(self) -> str:
     at = (f"step {self.stall_step}" if self.stall_step is not None else
           f"its first train record after warmup, {self.min_span} or more steps before")
+    warmup = (f" (one already {self.min_fall:g} x its first record's loss there converged "
+              f"and is not stalled), if its loss rose more than {self.min_fall:.0%} from its "
+              "first record to that step and never came back below it (blew up)"
+              if self.judge_warmup else "")
+    nonfinite = (", not finite, or every layer's 0" if self.judge_nonfinite_layers else "")
     return (f"a run failed if its loss diverged (non-finite), if its last train loss is not "
-            f"{self.min_fall:.0%} below its train loss at {at} (stalled), or if "
+            f"{self.min_fall:.0%} below its train loss at {at} (stalled){warmup}, or if "
             f"at its last diagnostics a layer's gradient norm is below {self.dead_ratio:g} of "
-            "the largest layer's (a dead layer)")
+            f"the largest layer's{nonfinite} (a dead layer)")
 
   def judge(self, train_losses: Mapping[int, float], layer_grad_norms: Mapping[str, float],
             warmup_steps: int = 0) -> Optional[str]:
@@ -67,10 +77,11 @@ class FailureRule:
     start = losses[start_step]
     if last_step < stall_step + self.min_span:  # too few steps to say
       return None
-    if start_step < stall_step and first > (1 + self.min_fall) * start and not last < start:
+    early = self.judge_warmup and start_step < stall_step
+    if early and first > (1 + self.min_fall) * start and not last < start:
       return (f"blew up: train loss {last:.3f} at step {last_step} against {start:.3f} at "
               f"step {start_step}, after {first:.3f} at step {stall_step}")
-    converged = start_step < stall_step and first < self.min_fall * start
+    converged = early and first < self.min_fall * start
     if not converged and not last < (1 - self.min_fall) * first:
       return (f"stalled: train loss {last:.3f} at step {last_step} against {first:.3f} at "
               f"step {stall_step}")
@@ -80,11 +91,11 @@ class FailureRule:
     """A layer whose last gradient norm is not finite, or negligible beside the largest
     layer's (every layer's 0: all dead)."""
     bad = sorted(k for k, v in layer_grad_norms.items() if not math.isfinite(v))
-    if bad:
+    if bad and self.judge_nonfinite_layers:
       return (f"non-finite layer gradient: {bad[0]}'s final gradient norm "
               f"{layer_grad_norms[bad[0]]}")
-    norms = dict(layer_grad_norms)
-    if norms and max(norms.values()) <= 0:
+    norms = {k: v for k, v in layer_grad_norms.items() if math.isfinite(v)}
+    if norms and max(norms.values()) <= 0 and self.judge_nonfinite_layers:
       return f"dead layer: every layer's final gradient norm is 0 ({', '.join(sorted(norms))})"
     if norms:
       layer, low = min(norms.items(), key=lambda kv: kv[1])
