@@ -65,11 +65,16 @@ FAST_MOVING = ("jax", "flax", "optax", "orbax-checkpoint", "grain")  # no upper 
 
 
 def _declared() -> dict:
+  """setup()'s keywords, with a stand-in setuptools: a Python 3.12 venv comes without it."""
   import runpy
+  import types
   from unittest import mock
-  with mock.patch("setuptools.setup") as setup:
+  fake = types.ModuleType("setuptools")
+  fake.setup = mock.Mock()
+  fake.find_packages = lambda **kwargs: []
+  with mock.patch.dict(sys.modules, {"setuptools": fake}):
     runpy.run_path(str(REPO / "setup.py"))
-  return setup.call_args.kwargs
+  return fake.setup.call_args.kwargs
 
 
 def _requirements() -> dict[str, list[Requirement]]:
