@@ -20,6 +20,7 @@ import math
 import os
 from typing import Optional, Sequence
 
+from transformer import storage
 from transformer.errors import ConfigError
 from transformer.research.sweeps import plots, tuning
 from transformer.research.sweeps.grid import load_sweep
@@ -85,8 +86,8 @@ class _Table:
 
 def _read(sweep_name: str, configs_dir: str, sweeps_dir: str) -> Optional[_Table]:
   """A sweep's table from its committed results; None if none are there."""
-  workdir = os.path.join(sweeps_dir, sweep_name)
-  if not os.path.isdir(os.path.join(workdir, "points")):
+  workdir = storage.join(sweeps_dir, sweep_name)
+  if not storage.as_path(storage.join(workdir, "points")).is_dir():  # local or gs://
     return None
   sweep = load_sweep(os.path.join(configs_dir, f"{sweep_name}.py"))
   results = load_results(workdir, sweep.failure)
