@@ -57,6 +57,11 @@ flags.mark_flags_as_required(["sweep", "workdir"])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  if _AGGREGATE_ONLY.value and not (_PRINT_LAUNCH.value or _DRY_RUN.value):
+    # The reading side alone: a report is rebuilt where jax is not even imported.
+    sweep = sweeps.sweep_for_command(_SWEEP.value, _WORKDIR.value, _SEEDS.value)
+    print(sweeps.report.rebuild(sweep, _SWEEP.value, _WORKDIR.value, bool(_SEEDS.value)))
+    return
   print(sweeps.run_command(_SWEEP.value, _WORKDIR.value, points=_POINT.value, seeds=_SEEDS.value,
                            aggregate_only=_AGGREGATE_ONLY.value,
                            print_launch=_PRINT_LAUNCH.value,

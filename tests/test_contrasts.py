@@ -140,11 +140,13 @@ def test_build_reads_each_arm_at_its_own_chosen_rate_from_stored_results(tmp_pat
 
 
 def test_the_committed_page_is_what_the_script_makes_from_the_committed_results(tmp_path):
+  """...and the script reads the committed results without importing jax (the reading side)."""
   out = tmp_path / "contrasts.md"
-  done = subprocess.run([sys.executable, "scripts/contrasts.py", "--config=configs/contrasts.py",
-                         f"--out={out}"], cwd=REPO, env=script_env(), capture_output=True,
-                        text=True, timeout=300)
+  done = subprocess.run([sys.executable, "-X", "importtime", "scripts/contrasts.py",
+                         "--config=configs/contrasts.py", f"--out={out}"], cwd=REPO,
+                        env=script_env(), capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-2000:]
+  assert not imported_heavy(done.stderr), imported_heavy(done.stderr)
   with open(os.path.join(REPO, "docs", "contrasts.md")) as f:
     # The page names its command with the committed --out.
     assert out.read_text().replace(str(out), "docs/contrasts.md") == f.read()
@@ -162,3 +164,13 @@ def test_every_contrast_is_quoted_in_findings_with_its_interval(monkeypatch):
     for low, high in [(p.low, p.high)] + ([(u.low, u.high)] if u is not None else []):
       quoted = [f"[{low:.{n}f}, {high:.{n}f}]" for n in (3, 2)]
       assert any(q in findings for q in quoted), (c.name, quoted)
+
+
+HEAVY = ("jax", "flax", "optax", "orbax")
+
+
+def imported_heavy(importtime: str) -> list[str]:
+  """The heavy packages a `python -X importtime` run imported, from its stderr."""
+  imported = {line.split("|")[-1].strip().split(".")[0] for line in importtime.splitlines()
+              if line.startswith("import time:")}
+  return sorted(imported & set(HEAVY))

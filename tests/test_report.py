@@ -3,10 +3,15 @@
 import json
 import math
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
+from test_contrasts import imported_heavy
 from test_grid import REPO, tiny_sweep
+from conftest import script_env
 from test_stats import fake_result
 from transformer.research import sweeps
 
@@ -279,3 +284,24 @@ def test_a_trend_reports_the_difference_at_each_length_its_lines_and_a_plot(tmp_
     (tmp_path / "points" / r["name"] / "result.json").write_text(json.dumps(r))
   sweeps.aggregate(sweep, str(tmp_path), command="CMD")
   assert "| - (a difference is not above 0) | 0.0000, - |" in (tmp_path / "results.md").read_text()
+
+
+def test_aggregate_only_rebuilds_a_committed_report_without_importing_jax(tmp_path):
+  """`scripts/sweep.py --aggregate_only` is the reading side alone: the committed report of a
+  sweep comes back byte for byte (its plots redrawn too) and no jax, flax, optax or orbax is
+  imported, as `import transformer.research.sweeps.report` imports none."""
+  name = "m8_first_layer_cap"
+  workdir = tmp_path / name
+  shutil.copytree(os.path.join(REPO, "docs", "sweeps", name), workdir)
+  done = subprocess.run([sys.executable, "-X", "importtime", "scripts/sweep.py",
+                         f"--sweep=configs/sweeps/{name}.py", f"--workdir={workdir}",
+                         "--aggregate_only"], cwd=REPO, env=script_env(), capture_output=True,
+                        text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert not imported_heavy(done.stderr), imported_heavy(done.stderr)
+  with open(os.path.join(REPO, "docs", "sweeps", name, "results.md")) as f:
+    assert (workdir / "results.md").read_text() == f.read()
+  imports = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                            "import transformer.research.sweeps.report"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+  assert imports.returncode == 0 and not imported_heavy(imports.stderr), imports.stderr[-2000:]

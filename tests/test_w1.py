@@ -4,8 +4,8 @@ d_model 256 row is M9's committed points, config for config."""
 import dataclasses
 import os
 
-from transformer.research.sweeps import expand, point_config, runner, tuning
-from transformer.training import workdir_checks
+from transformer import records
+from transformer.research.sweeps import expand, point_config, report, tuning
 from transformer.training.experiment import load_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -14,17 +14,17 @@ W1 = load_module(os.path.join(REPO, "configs", "sweeps", "w1_d64.py"))
 
 def test_m9s_points_are_the_d_model_256_row():
   m9 = load_module(os.path.join(REPO, "configs", "sweeps", "m9_width_256.py")).get_sweep()
-  results = runner.load_results(os.path.join(REPO, "docs", "sweeps", "m9_width_256"))
+  results = report.load_results(os.path.join(REPO, "docs", "sweeps", "m9_width_256"))
   # M9 searched ratio_matched one grid step lower; with its values, W1 at 256 is M9 whole.
   sweep = dataclasses.replace(W1.width_sweep(256, "m9_width_256"), arm_values=m9.arm_values)
   grid = {p.name for p in tuning.points(sweep, results)}
   assert len(results) == 40 and {r["name"] for r in results} <= grid
-  assert runner.changed_points(sweep, results) == []
+  assert report.changed_points(sweep, results) == []
   assert sweep.arm_names == m9.arm_names and sweep.pairs == m9.pairs
   for metric in ("init/decoder/embed/ratio", "final/decoder/embed/ratio"):
     assert all(metric in r["metrics"] for r in results)
   # Read by W1's rule one of M9's choosing runs fails, at a rate no arm chose: nothing moves.
-  judged = runner.load_results(os.path.join(REPO, "docs", "sweeps", "m9_width_256"),
+  judged = report.load_results(os.path.join(REPO, "docs", "sweeps", "m9_width_256"),
                                W1.DECLARED_RULE)
   assert [r["name"] for r in judged if r["status"] != "ok"] == [
       "embed_scale=none,posemb_scale=1,learning_rate=0.0035355,seed=0"]
@@ -37,7 +37,7 @@ def test_the_rows_differ_in_the_width_and_what_follows_it_only():
     sweep = W1.width_sweep(d_model, f"w1_d{d_model}")
     point = next(p for p in expand(sweep) if p.seed == 0 and sweep.arm_name(
         tuple(kv for kv in p.overrides if kv[0] != "learning_rate")) == arm)
-    return workdir_checks.flat_fields(point_config(sweep, point).to_dict())
+    return records.flat_fields(point_config(sweep, point).to_dict())
 
   moved = {"model.d_model", "model.num_heads", "model.d_ff", "model.posemb_scale",
            "learning_rate"}

@@ -2,41 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any, Mapping
 
-import numpy as np
 
 from transformer import storage
-from transformer.config import ModelConfig
+from transformer.records import to_json  # re-exported: checkpoint.to_json
 from transformer.errors import ConfigError, MissingFileError, RunError
 
 CONFIG_FILE = "config.json"
 # The entry of config.json (and of each checkpoint's config) that holds the run's identity:
 # what its data and vocabulary were beyond the config fields (training.workdir_checks).
 IDENTITY_KEY = "identity"
-
-
-def to_json(value: Any) -> Any:
-  """A JSON-ready copy: ModelConfig/dataclasses/ConfigDicts to dicts, numpy to Python."""
-  if isinstance(value, ModelConfig):
-    return to_json(value.to_dict())
-  if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    return to_json(dataclasses.asdict(value))
-  if hasattr(value, "to_dict") and callable(value.to_dict):  # ml_collections.ConfigDict
-    return to_json(value.to_dict())
-  if isinstance(value, Mapping):
-    return {str(k): to_json(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [to_json(v) for v in value]
-  if isinstance(value, np.ndarray):
-    return value.tolist()
-  if isinstance(value, np.generic):
-    return value.item()
-  if value is None or isinstance(value, (bool, int, float, str)):
-    return value
-  return str(value)  # e.g. a dtype or a callable: recorded, not round-tripped
 
 
 def write_config(workdir: str, config: Mapping[str, Any]) -> str:

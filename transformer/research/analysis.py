@@ -12,7 +12,6 @@ metrics.jsonl, loss curves).
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import math
@@ -25,6 +24,7 @@ import numpy as np
 
 from transformer import checkpoint, diagnostics, storage
 from transformer.errors import ConfigError, RunError
+from transformer.research.figures import save_figure
 from transformer.token_ids import EOS_ID, PAD_ID
 from transformer.trained import evaluate, loading
 from transformer.training.writers import read_metrics
@@ -75,13 +75,6 @@ def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
 
   fig = Figure(figsize=(width, height))
   return fig, fig.subplots(rows, cols, squeeze=False)
-
-
-def save_figure(fig: Any, path: str, dpi: int = 110, **kw) -> None:
-  """Writes `fig` to `path` (local or gs://), in the format its suffix names."""
-  image = io.BytesIO()
-  fig.savefig(image, dpi=dpi, format=os.path.splitext(path)[1][1:] or "png", **kw)
-  storage.write_atomically(path, image.getvalue())
 
 
 def entropy_figure(attention: dict[str, dict[str, list[float]]]) -> Any:

@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import filelock
 import ml_collections
@@ -26,6 +26,7 @@ from transformer.config import ModelConfig
 from transformer.data import corpus_files, local_corpora
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import ConfigError, TrainingError, disk_full, full_file, one_line
+from transformer.records import flat_fields
 from transformer.training import experiment, optimizer_settings, writers
 
 LOCK_FILE = "train.lock"  # WORKDIR/train.lock, held by the run training there
@@ -401,19 +402,6 @@ def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.Con
   if all(before.get(f) == config.get(f) for f in _FILE_FIELDS):  # the same names
     changes += file_changes(recorded, identity)
   return changes
-
-
-def flat_fields(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  """{'synthetic': {'seed': 0}} -> {'synthetic.seed': 0}: a nested field's change is named."""
-  flat: dict[str, Any] = {}
-  for key, value in fields.items():
-    if hasattr(value, "to_dict"):  # a ConfigDict
-      value = value.to_dict()
-    if isinstance(value, Mapping):
-      flat.update(flat_fields(value, f"{prefix}{key}."))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
 
 
 def changed_data_files(recorded: dict[str, Any], config: ml_collections.ConfigDict,

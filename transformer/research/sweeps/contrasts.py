@@ -7,7 +7,7 @@ value, with the test figure its sweep reports, by seed. The sum is taken seed by
 seeds every term reports and summarised by its mean and a 95% t-interval over those seeds
 (`tuning.paired`); unlike M8's and M9's own tables, the interval does not add the test set's
 sampling error. Terms from different sweeps must have the same data inputs (the corpus, its
-split rule and the tokenizer: `runner.data_inputs`), else a seed would pair different test
+split rule and the tokenizer: `grid.data_inputs`), else a seed would pair different test
 sets. These contrasts are chosen for the text after the sweeps ran and belong to no sweep's
 Holm family; the page says so.
 
@@ -27,9 +27,8 @@ from typing import Any, Mapping, Sequence
 from transformer import storage
 from transformer.errors import ConfigError
 from transformer.research.sweeps import tuning
-from transformer.research.sweeps.grid import Sweep, expand, load_sweep, point_config
+from transformer.research.sweeps.grid import Sweep, data_inputs, expand, load_sweep, point_config
 from transformer.research.sweeps.report import grid_results, interval_cell
-from transformer.research.sweeps.runner import data_inputs
 from transformer.research.sweeps.stats import welch
 from transformer.training import experiment
 

@@ -95,6 +95,7 @@ import ml_collections
 from transformer import storage
 from transformer.config import SCALE_FIELDS
 from transformer.errors import ConfigError, one_line
+from transformer.records import to_json
 from transformer.training import experiment
 from transformer.training.failure_rule import FailureRule
 
@@ -199,6 +200,24 @@ def load_sweep(path: str) -> Sweep:
     raise ConfigError(f"Sweep file {path} does not exist; pass one of configs/sweeps/*.py.")
   sweep = experiment.call_get(experiment.load_module(path), "get_sweep", path, Sweep)
   check_sweep(sweep)
+  return sweep
+
+
+def sweep_for_command(path: str, workdir: str, seeds: Optional[Sequence[Any]] = None) -> Sweep:
+  """The sweep scripts/sweep.py runs or reports: its file's, with --seeds in place of its own
+  seeds where given; one line for a --workdir that is a file or --seeds that are not integers."""
+  sweep = load_sweep(path)
+  if storage.as_path(workdir).exists() and not storage.as_path(workdir).is_dir():
+    raise ConfigError(f"--workdir={workdir} is a file, not a directory; pass a directory for "
+                      "the sweep's points and tables.")
+  if seeds:
+    try:
+      values = tuple(int(s) for s in seeds)
+    except ValueError:
+      raise ConfigError(f"--seeds={','.join(map(str, seeds))} must be integers, e.g. "
+                        "--seeds=0,1,2.") from None
+    sweep = dataclasses.replace(sweep, seeds=values)
+    check_sweep(sweep)  # e.g. --seeds that repeat the sweep's confirm_seeds: one line
   return sweep
 
 
@@ -532,3 +551,15 @@ def point_dir(workdir: str, point: Point) -> str:
 
 def is_finished(workdir: str, point: Point) -> bool:
   return storage.as_path(storage.join(point_dir(workdir, point), RESULT_FILE)).is_file()
+
+
+# What a run's data come from: the text it reads, how it is split (with the seed, unless
+# split_seed holds the split still) and the SentencePiece model trained on it.
+DATA_INPUTS = ("tokenizer", "dataset", "data_files", "eval_files", "text_split",
+               "eval_fraction", "test_fraction", "split_seed")
+
+
+def data_inputs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """A run's DATA_INPUTS as plain JSON values: two runs of one seed whose data_inputs are equal
+  train on, choose on and are scored on the same paragraphs."""
+  return to_json({k: config.get(k) for k in DATA_INPUTS})

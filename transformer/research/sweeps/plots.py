@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from transformer import storage
-from transformer.research.analysis import save_figure
+from transformer.research.figures import save_figure
 from transformer.research.sweeps.grid import Sweep, format_value, short_name
 from transformer.research.sweeps.stats import (cell, curve_pattern, curve_values, fit_points,
                                                fit_slopes)

@@ -7,7 +7,9 @@ import dataclasses
 import io
 import math
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
+
+from absl import logging
 
 from transformer import storage
 from transformer.errors import ConfigError
@@ -19,7 +21,63 @@ from transformer.research.sweeps.plots import curve_plots, fit_plot, trend_plot,
 from transformer.research.sweeps.stats import (cell, correlation, fit_left_out, fit_slopes,
                                                load_results, mean_std, metric_value,
                                                ordered_groups)
+from transformer.records import flat_fields, to_json
+from transformer.training import experiment
 from transformer.training.failure_rule import FailureRule
+
+
+def changed_points(sweep: Sweep, results: Sequence[dict[str, Any]]) -> list[str]:
+  """The finished points of the grid whose stored config differs from the one the sweep file
+  gives them now (experiment.INERT_FIELDS aside), each in words with its first changed
+  fields. Results from before configs were stored are taken as they are."""
+  grid = {p.name: p for p in tuning.points(sweep, results)}
+  changed = []
+  for result in results:
+    if "config" not in result or result["name"] not in grid:
+      continue
+    # A field added since the run reads at its default: the run as it ran (with_defaults).
+    before = flat_fields(experiment.with_defaults(result["config"]).to_dict())
+    now = flat_fields(
+        to_json(point_config(sweep, grid[result["name"]])))
+    fields = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k)
+                    and k not in experiment.INERT_FIELDS)
+    if fields:
+      words = [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in fields[:3]]
+      changed.append(f"{result['name']} ({', '.join(words)})")
+  return changed
+
+
+def check_unchanged(sweep: Sweep, workdir: str, rerun_changed: bool = False) -> None:
+  """Refuses to reuse (or report) points run with another config than the sweep file gives
+  them now; with `rerun_changed`, removes those points so that they run again."""
+  changed = changed_points(sweep, load_results(workdir))
+  if not changed:
+    return
+  if not rerun_changed:
+    raise ConfigError(
+        f"{len(changed)} finished point(s) of sweep {sweep.name} in {workdir} were run with "
+        f"another config than the sweep file gives them now: {'; '.join(changed[:2])}"
+        f"{' ...' if len(changed) > 2 else ''}; pass --rerun_changed to run them again, or "
+        "use a new --workdir.")
+  for name in changed:
+    name = name.partition(" (")[0]
+    logging.warning("Sweep %s: %s was run with another config; running it again.", sweep.name,
+                    name)
+    storage.as_path(storage.join(workdir, POINTS_DIR, name)).rmtree()
+
+
+def rebuild(sweep: Sweep, path: str, workdir: str, seeds_given: bool = False) -> str:
+  """What `scripts/sweep.py --aggregate_only` does, and a run ends with: the report rebuilt from
+  the stored results of the points the sweep file still gives (`check_unchanged`); returns
+  results.md's text. Imports no jax: a report is rebuilt where nothing trains."""
+  check_unchanged(sweep, workdir)
+  command = f"python scripts/sweep.py --sweep={path} --workdir=WORKDIR"
+  if seeds_given:
+    command += f" --seeds={','.join(str(s) for s in sweep.seeds)}"
+  summary = aggregate(sweep, workdir, command=command)
+  logging.info("%d of %d points finished; tables in %s/results.md", summary["points"],
+               summary["expected"], workdir)
+  return storage.as_path(storage.join(workdir, "results.md")).read_text()
 
 
 def aggregate(sweep: Sweep, workdir: str,

@@ -36,11 +36,11 @@ from absl import logging
 from transformer import checkpoint, storage
 from transformer.errors import ConfigError, NonFiniteLossError
 from transformer.research import benchmarking
-from transformer.research.sweeps import tuning
-from transformer.research.sweeps.report import aggregate
-from transformer.research.sweeps.grid import (POINTS_DIR, RESULT_FILE, Point, Sweep,
-                                              check_sweep, expand, is_finished, load_sweep,
-                                              point_config, point_dir)
+from transformer.research.sweeps import report, tuning
+from transformer.research.sweeps.grid import (RESULT_FILE, Point, Sweep,
+                                              check_sweep, data_inputs, expand, is_finished,
+                                              point_config, point_dir,
+                                              sweep_for_command)
 from transformer.research.sweeps.stats import curve_pattern, failure_of, load_results, spike_stats
 from transformer.trained import evaluate, loading
 from transformer.training import experiment, loop, run, steps, workdir_checks
@@ -248,18 +248,6 @@ def _trained_result(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
   return result
 
 
-# What a run's data come from: the text it reads, how it is split (with the seed, unless
-# split_seed holds the split still) and the SentencePiece model trained on it.
-DATA_INPUTS = ("tokenizer", "dataset", "data_files", "eval_files", "text_split",
-               "eval_fraction", "test_fraction", "split_seed")
-
-
-def data_inputs(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """A run's DATA_INPUTS as plain JSON values: two runs of one seed whose data_inputs are equal
-  train on, choose on and are scored on the same paragraphs."""
-  return checkpoint.to_json({k: config.get(k) for k in DATA_INPUTS})
-
-
 def tokenizer_path(sweep: Sweep, workdir: str, config: ml_collections.ConfigDict) -> str:
   """Where a point's tokenizer is trained (by the first point that needs it) and shared: one
   WORKDIR/tokenizer.model for every point whose tokenizer inputs are those of the sweep's base
@@ -271,46 +259,6 @@ def tokenizer_path(sweep: Sweep, workdir: str, config: ml_collections.ConfigDict
   own = key(config)
   shared = own == key(point_config(sweep, Point((), sweep.seeds[0])))
   return storage.join(workdir, "tokenizer.model" if shared else f"tokenizer-{own}.model")
-
-
-def changed_points(sweep: Sweep, results: Sequence[dict[str, Any]]) -> list[str]:
-  """The finished points of the grid whose stored config differs from the one the sweep file
-  gives them now (experiment.INERT_FIELDS aside), each in words with its first changed
-  fields. Results from before configs were stored are taken as they are."""
-  grid = {p.name: p for p in tuning.points(sweep, results)}
-  changed = []
-  for result in results:
-    if "config" not in result or result["name"] not in grid:
-      continue
-    # A field added since the run reads at its default: the run as it ran (with_defaults).
-    before = workdir_checks.flat_fields(experiment.with_defaults(result["config"]).to_dict())
-    now = workdir_checks.flat_fields(
-        checkpoint.to_json(point_config(sweep, grid[result["name"]])))
-    fields = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k)
-                    and k not in experiment.INERT_FIELDS)
-    if fields:
-      words = [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in fields[:3]]
-      changed.append(f"{result['name']} ({', '.join(words)})")
-  return changed
-
-
-def check_unchanged(sweep: Sweep, workdir: str, rerun_changed: bool = False) -> None:
-  """Refuses to reuse (or report) points run with another config than the sweep file gives
-  them now; with `rerun_changed`, removes those points so that they run again."""
-  changed = changed_points(sweep, load_results(workdir))
-  if not changed:
-    return
-  if not rerun_changed:
-    raise ConfigError(
-        f"{len(changed)} finished point(s) of sweep {sweep.name} in {workdir} were run with "
-        f"another config than the sweep file gives them now: {'; '.join(changed[:2])}"
-        f"{' ...' if len(changed) > 2 else ''}; pass --rerun_changed to run them again, or "
-        "use a new --workdir.")
-  for name in changed:
-    name = name.partition(" (")[0]
-    logging.warning("Sweep %s: %s was run with another config; running it again.", sweep.name,
-                    name)
-    storage.as_path(storage.join(workdir, POINTS_DIR, name)).rmtree()
 
 
 def run_order(sweep: Sweep, points: Sequence[Point]) -> list[Point]:
@@ -641,18 +589,7 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
   print. `time_budget`: seconds within which the points after the first must be expected to
   end (`_Budget`); `compilation_cache`: JAX's persistent compilation cache there (the one way
   points share their programs: each builds its own jitted functions)."""
-  sweep = load_sweep(config_path)
-  if storage.as_path(workdir).exists() and not storage.as_path(workdir).is_dir():
-    raise ConfigError(f"--workdir={workdir} is a file, not a directory; pass a directory for "
-                      "the sweep's points and tables.")
-  if seeds:
-    try:
-      values = tuple(int(s) for s in seeds)
-    except ValueError:
-      raise ConfigError(f"--seeds={','.join(map(str, seeds))} must be integers, e.g. "
-                        "--seeds=0,1,2.") from None
-    sweep = dataclasses.replace(sweep, seeds=values)
-    check_sweep(sweep)  # e.g. --seeds that repeat the sweep's confirm_seeds: one line
+  sweep = sweep_for_command(config_path, workdir, seeds)
   for flag, value in (("time_budget", time_budget), ("lease_seconds", lease_seconds)):
     if value is not None and not value > 0:
       raise ConfigError(f"--{flag}={value} must be a number of seconds > 0.")
@@ -661,7 +598,7 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
                       "(a run's own limit is --time_budget).")
   if print_launch:
     return "\n".join(launch_lines(sweep, config_path, workdir, sweep.seeds if seeds else None))
-  check_unchanged(sweep, workdir, rerun_changed and not aggregate_only and not dry_run)
+  report.check_unchanged(sweep, workdir, rerun_changed and not aggregate_only and not dry_run)
   if dry_run:  # measured without the cache, so that its compile time is a compilation's
     return plan(sweep, workdir, points_pace(pace_from) if pace_from else measured_pace(sweep),
                 lease_seconds)
@@ -672,10 +609,4 @@ def run_command(config_path: str, workdir: str, *, points: Optional[Sequence[str
     if not load_results(workdir):  # stopped (or every point busy elsewhere) before any finished
       return (f"No point of sweep {sweep.name} has finished yet; rerun the same command to "
               "continue it (a stopped point resumes from its checkpoint).")
-  command = f"python scripts/sweep.py --sweep={config_path} --workdir=WORKDIR"
-  if seeds:
-    command += f" --seeds={','.join(str(s) for s in sweep.seeds)}"
-  summary = aggregate(sweep, workdir, command=command)
-  logging.info("%d of %d points finished; tables in %s/results.md", summary["points"],
-               summary["expected"], workdir)
-  return storage.as_path(storage.join(workdir, "results.md")).read_text()
+  return report.rebuild(sweep, config_path, workdir, bool(seeds))
