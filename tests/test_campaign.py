@@ -21,7 +21,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from test_grid import REPO
 from transformer.research import sweeps
-from transformer.research.sweeps import report, runner, tuning
+from transformer.research.sweeps import grid, report, runner, tuning
 from transformer.research.sweeps.stats import cell, mean_std
 
 CAMPAIGN = os.path.join(REPO, "configs/sweeps/p1_paper_size.py")
@@ -91,7 +91,7 @@ def _fail_two_reporting_runs(workdir, bests):
 def test_the_campaign_plans_stops_on_its_budget_resumes_and_compiles_once_an_arm(
     tmp_path, monkeypatch):
   sweep = _tiny_campaign(tmp_path)
-  monkeypatch.setattr(runner, "load_sweep", lambda path: sweep)
+  monkeypatch.setattr(grid, "load_sweep", lambda path: sweep)  # what run_command loads
   workdir = str(tmp_path / "w")
   options = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
              "jax_persistent_cache_min_entry_size_bytes")

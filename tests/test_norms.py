@@ -39,4 +39,4 @@ def test_norm_computes_in_the_compute_dtype_and_keeps_params_in_theirs():
   params = module.init(jax.random.key(0), x)
   assert module.name == "ln"
   assert module.apply(params, x).dtype == jnp.dtype(config.compute_dtype)
-  assert jax.tree.leaves(params)[0].dtype == jnp.dtype(config.params_dtype)
+  assert jax.tree.leaves(params)[0].dtype == jnp.dtype(config.storage_dtype)

@@ -95,6 +95,6 @@ def test_a_resume_holds_one_state_not_a_fresh_one_beside_it(tiny_config, tmp_pat
   monkeypatch.setattr(checkpoint.Checkpointer, "restore", measured)
   before = _live_bytes()
   resumed = run.restored(exp, str(tmp_path), mesh)
-  assert resumed.restored and resumed.start_step == 3
+  assert resumed.from_checkpoint and resumed.start_step == 3
   assert held[0] - before < 1.5 * state_bytes, (held[0] - before, state_bytes)
   resumed.checkpointer.close()

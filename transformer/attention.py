@@ -394,7 +394,7 @@ def _qk_normalize(config: ModelConfig, x: jax.Array, name: str) -> jax.Array:
     return (x32 * jax.lax.rsqrt(jnp.sum(x32 * x32, -1, keepdims=True) + 1e-12)).astype(x.dtype)
   cls = nn.LayerNorm if config.qk_norm == "layernorm" else nn.RMSNorm
   return cls(epsilon=config.norm_epsilon, dtype=config.compute_dtype,
-             param_dtype=config.params_dtype, name=name)(x)
+             param_dtype=config.storage_dtype, name=name)(x)
 
 
 class SownAttention(NamedTuple):
@@ -405,7 +405,7 @@ class SownAttention(NamedTuple):
   mask: Optional[jax.Array]  # bool[B, 1 or H, Lq, Lk], True = attend; None without a mask
 
 
-def read_sown(tree: Any) -> SownAttention:
+def read_sown_attention(tree: Any) -> SownAttention:
   """The `SownAttention` of one attention's 'intermediates' subtree."""
   return SownAttention(tree["q"][0], tree["k"][0], tree["scale"][0],
                        tree["mask"][0] if "mask" in tree else None)
@@ -451,7 +451,7 @@ class MultiHeadAttention(nn.Module):
                                 dropout_rate=cfg.attention_dropout_rate, dropout_rng=dropout_rng,
                                 implementation=implementation, kv_heads_flat=kv_heads_flat)
     return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.use_bias,
-                           dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                           dtype=cfg.compute_dtype, param_dtype=cfg.storage_dtype,
                            kernel_init=nn.initializers.xavier_uniform(), name="out")(out)
 
   def _phase(self, decode: bool) -> str:
@@ -478,7 +478,7 @@ class MultiHeadAttention(nn.Module):
               value)
     dense = lambda name: nn.DenseGeneral(  # noqa: E731
         (heads, head_dim), use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
-        param_dtype=cfg.params_dtype, kernel_init=_QKV_INIT[cfg.qkv_init], name=name)
+        param_dtype=cfg.storage_dtype, kernel_init=_QKV_INIT[cfg.qkv_init], name=name)
     query = _qk_normalize(cfg, dense("query")(x), "query_norm")
     if phase == "cross_step":
       return (query, self.get_variable("cache", "cross_key"),
@@ -507,7 +507,7 @@ class MultiHeadAttention(nn.Module):
       self.sow("intermediates", "scale", jnp.full((cfg.num_heads,), scale, jnp.float32))
       return query, scale
     temperature = self.param("temperature", nn.initializers.constant(scale), (cfg.num_heads,),
-                             cfg.params_dtype)
+                             cfg.storage_dtype)
     self.sow("intermediates", "scale", temperature.astype(jnp.float32))
     return query * temperature.astype(query.dtype)[:, None], 1.0
 

@@ -140,7 +140,8 @@ class ModelConfig:
     return jnp.dtype(self.dtype)
 
   @property
-  def params_dtype(self) -> Any:
+  def storage_dtype(self) -> Any:
+    """The dtype the params are stored in (`param_dtype`, as a jnp dtype)."""
     import jax.numpy as jnp
     return jnp.dtype(self.param_dtype)
 

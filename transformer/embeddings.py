@@ -56,7 +56,7 @@ class TokenEmbedding(nn.Module):
   def setup(self):
     cfg = self.config
     self.embedding = self.param("embedding", nn.initializers.normal(embed_init_std_value(cfg)),
-                                (self.vocab_size, cfg.d_model), cfg.params_dtype)
+                                (self.vocab_size, cfg.d_model), cfg.storage_dtype)
 
   def __call__(self, tokens: jax.Array) -> jax.Array:
     """tokens int[B, L] -> E[tokens] float[B, L, d] (unscaled)."""
@@ -104,7 +104,7 @@ class InputEmbedding(nn.Module):
     return Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
 
 
-def read_sown(tree: Any) -> tuple[jax.Array, Optional[jax.Array]]:
+def read_sown_embedding(tree: Any) -> tuple[jax.Array, Optional[jax.Array]]:
   """(s * E[tokens], the position term as added or None) float[B, L, d], from one
   `InputEmbedding`'s 'intermediates' subtree."""
   return tree["token"][0], tree["position"][0] if "position" in tree else None
@@ -132,7 +132,7 @@ class OutputLogits(nn.Module):
         store_step_kernel(self, "logits", self.token_embedding.embedding.T)
     else:
       logits = nn.Dense(self.vocab_size, use_bias=False, dtype=cfg.compute_dtype,
-                        param_dtype=cfg.params_dtype,
+                        param_dtype=cfg.storage_dtype,
                         kernel_init=nn.initializers.xavier_uniform(), name="kernel")(h)
     scale = logits_scale_value(cfg)
     return logits if scale == 1.0 else logits * scale

@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import flax.linen as nn
 import jax
 
-from transformer.attention import MultiHeadAttention, SownAttention, read_sown
+from transformer.attention import MultiHeadAttention, SownAttention, read_sown_attention
 from transformer.config import ModelConfig
 from transformer.dropout import Dropout
 from transformer.norms import make_norm
@@ -31,7 +31,7 @@ class FeedForward(nn.Module):
     """x float[B, L, d] -> float[B, L, d]."""
     cfg = self.config
     dense = lambda features, name: nn.Dense(  # noqa: E731
-        features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype, param_dtype=cfg.storage_dtype,
         kernel_init=nn.initializers.xavier_uniform(), name=name)
     h = _ACTIVATIONS[cfg.activation](dense(cfg.d_ff, "wi")(x))
     if cfg.activation in ("geglu", "swiglu"):
@@ -183,5 +183,6 @@ class SownLayer(NamedTuple):
 def read_sown_layers(tree: Any) -> list[SownLayer]:
   """The `SownLayer`s of a `BlockStack`'s 'intermediates' subtree, in layer order."""
   return [SownLayer(i, block["output"][0],
-                    {name: read_sown(block[name]) for name in ATTENTION_SUBLAYERS if name in block})
+                    {name: read_sown_attention(block[name])
+                     for name in ATTENTION_SUBLAYERS if name in block})
           for i, block in per_layer(tree)]

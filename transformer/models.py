@@ -422,7 +422,8 @@ def read_stacks(intermediates: Any, inputs: Mapping[str, tuple[jax.Array, jax.Ar
                 ) -> dict[str, Stack]:
   """{stack: Stack} of the 'intermediates' of an `Encoder` or `Decoder` named by each key of
   `inputs` ({stack: (ids, valid)}, a model's `stack_inputs`)."""
-  return {name: Stack(tokens, valid, *embeddings.read_sown(intermediates[name]["input_embedding"]),
+  return {name: Stack(tokens, valid,
+                      *embeddings.read_sown_embedding(intermediates[name]["input_embedding"]),
                       read_sown_layers(intermediates[name]["blocks"]))
           for name, (tokens, valid) in inputs.items()}
 

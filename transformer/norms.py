@@ -13,4 +13,4 @@ def make_norm(config: ModelConfig, name: Optional[str] = None) -> nn.Module:
   """The block norm of the config (LayerNorm as the paper, or RMSNorm) over the last axis."""
   cls = nn.LayerNorm if config.norm == "layernorm" else nn.RMSNorm
   return cls(epsilon=config.norm_epsilon, dtype=config.compute_dtype,
-             param_dtype=config.params_dtype, name=name)
+             param_dtype=config.storage_dtype, name=name)

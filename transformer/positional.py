@@ -60,7 +60,7 @@ class PositionEmbedding(nn.Module):
           sinusoidal_table(cfg.max_len, cfg.d_model, cfg.sinusoid_layout, cfg.max_timescale))
     elif cfg.posemb == "learned":
       table = self.param("pos_embedding", nn.initializers.normal(cfg.learned_posemb_init_std),
-                         (cfg.max_len, cfg.d_model), cfg.params_dtype)
+                         (cfg.max_len, cfg.d_model), cfg.storage_dtype)
     else:  # 'rope' acts on q and k; 'none' adds nothing
       return None
     if positions.shape[-1] > cfg.max_len:  # past the table, jnp.take would repeat its last row

@@ -13,8 +13,6 @@ from transformer.data import corpus_files, local_corpora, synthetic, text
 from transformer.data.tokenizer import (ByteTokenizer, SentencePieceTokenizer,
                                         check_sentencepiece_size)
 
-# The experiment fields that name files or directories the data is read from or built in.
-PATH_FIELDS = ("tfds_data_dir", "data_files", "eval_files")
 # How fast the input is made, never what it is: the processes that tokenize a split into its
 # token store the first time (0: one per core) and the train batches made ahead. The one place
 # of these defaults, which the experiment config holds and a data-only config may leave out.
@@ -29,15 +27,9 @@ def read_setting(config: ml_collections.ConfigDict, name: str) -> int:
   return config.get(name, READ_DEFAULTS[name])
 
 
-def check_paths_reachable(config: ml_collections.ConfigDict, prefix: str = "--config.") -> None:
-  """A gs:// path among the config's data paths, without gcsfs, or a tfds_data_dir that is a
-  file: one line naming the field (`storage.check_reachable`), before any data is read."""
-  storage.check_all_reachable({f"{prefix}{k}": config.get(k) for k in PATH_FIELDS})
-  check_tfds_data_dir(config.get("tfds_data_dir"), f"{prefix}tfds_data_dir")
-
-
 def check_tfds_data_dir(path: str | None, flag: str) -> None:
-  """One line where the TFDS directory (reachable: `check_paths_reachable`) is a file."""
+  """One line where the TFDS directory (reachable: `experiment.check_paths_reachable`) is a
+  file."""
   if path and storage.as_path(path).is_file():
     raise ConfigError(f"{flag}={path} is a file; TFDS keeps its datasets in a directory: pass "
                       "a directory (made if missing).")

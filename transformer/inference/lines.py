@@ -27,7 +27,7 @@ from transformer.token_ids import EOS_ID, UNK_ID
 
 
 
-class Loaded(Protocol):
+class Decodable(Protocol):
   """A trained model ready to decode: what these functions read of it. A workdir's checkpoint
   read by `transformer.trained.loading.load` is one; any object with these fields is."""
   model: models.ModelKind
@@ -50,20 +50,20 @@ def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
   return dataset in ("synthetic", "parallel_text") or "translate" in dataset
 
 
-def model_input_limit(loaded: Loaded) -> int:
+def model_input_limit(loaded: Decodable) -> int:
   """The most input tokens the model takes (its `input_limit`): max_len for a source, one
   less for an LM prompt (so that it can be continued)."""
   return loaded.model.input_limit
 
 
-def max_input_len(loaded: Loaded) -> int:
+def max_input_len(loaded: Decodable) -> int:
   """Input tokens a line may have by default (EOS included), as the model reads its input
   (`input_len`): a source as long as the training rows, a prompt up to `model_input_limit`."""
   return loaded.model.input_len(int(loaded.config.get("max_len")
                                     or loaded.model_config.max_len))
 
 
-def encode_lines(loaded: Loaded, lines: Sequence[str], max_len: Optional[int] = None,
+def encode_lines(loaded: Decodable, lines: Sequence[str], max_len: Optional[int] = None,
                  prompt_eos: Optional[bool] = None) -> tuple[list[list[int]], int]:
   """(ids of each line, number truncated). Sources end in EOS, as in training (so do LM
   prompts where `prompt_ends_with_eos`); an empty line gives []. A line longer than max_len
@@ -90,7 +90,7 @@ def encode_lines(loaded: Loaded, lines: Sequence[str], max_len: Optional[int] = 
   return out, truncated
 
 
-def decode_lines(loaded: Loaded, lines: Sequence[str], config: DecodeConfig = DecodeConfig(), *,
+def decode_lines(loaded: Decodable, lines: Sequence[str], config: DecodeConfig = DecodeConfig(), *,
                  batch_size: int = 64, max_len: Optional[int] = None,
                  prompt_eos: Optional[bool] = None, seed: int = 0) -> list[str]:
   """One output line per input line, in the input's order; an empty line gives an empty line.

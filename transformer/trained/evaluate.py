@@ -23,7 +23,7 @@ from transformer.errors import InferenceError, UserError
 from transformer.inference import bleu, lines
 from transformer.inference.decode_config import DecodeConfig
 from transformer.trained import loading
-from transformer.training import steps, workdir_checks, writers
+from transformer.training import experiment, steps, workdir_checks, writers
 from transformer.training.heldout import decode_eval_split
 
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
@@ -34,7 +34,7 @@ def check_run_data(loaded: loading.Loaded,
   """One line where a loaded run's data cannot be its own: its data files hold other text
   than it was trained on (its held-out split would be other text), or a data path is on
   gs:// without gcsfs. Before any work or any file is written."""
-  settings.check_paths_reachable(config or loaded.config, prefix="the run's ")
+  experiment.check_paths_reachable(config or loaded.config, prefix="the run's ")
   changed = workdir_checks.changed_data_files(loaded.identity, loaded.config,
                                               loaded.workdir)
   if changed:

@@ -1,11 +1,13 @@
 """The experiment config: the fields every configs/*.py shares, and the ModelConfig it names.
 
-`base_config()` is the one place experiment defaults live; configs/*.py start from it and
-override. `config.model` holds a recipe name plus an override slot for every ModelConfig field
-(None = the recipe's value), so `--config.model.FIELD=VALUE` works for every knob.
+`base_config()` lays out the defaults that `fields` declares (each field once, with its
+bounds and role, in a typed section); configs/*.py start from it and override. `config.model`
+holds a recipe name plus an override slot for every ModelConfig field (None = the recipe's
+value), so `--config.model.FIELD=VALUE` works for every knob.
 
 `parse(config)` checks it and makes the one value a run is built from: an `Experiment`, frozen,
-whose `model` is the typed ModelConfig (scale modes parsed, built once). Nothing here imports
+whose `model` is the typed ModelConfig (scale modes parsed, built once) and whose `data`,
+`optimization`, `loss` and `loop` are the typed sections of the other fields. Nothing here imports
 jax, so the command line says a mistake before jax, a workdir or any data exists.
 """
 
@@ -22,14 +24,13 @@ from typing import Any, Optional
 import ml_collections
 from ml_collections import config_dict
 
-from transformer import model_kinds
+from transformer import model_kinds, storage
 from transformer.config import SCALE_FIELDS, ModelConfig
-from transformer.data import settings, synthetic, text
+from transformer.data import settings
 from transformer.errors import (ConfigError, MissingFileError, TrainingError, UserError,
                                one_line)
 from transformer.token_ids import NUM_RESERVED
-from transformer.training import optimizer_settings
-from transformer.training.optimizer_settings import default_optimizer_fields
+from transformer.training import fields, optimizer_settings
 
 
 
@@ -43,18 +44,12 @@ def _placeholder_type(field: dataclasses.Field) -> type:
   return str
 
 
-# Fields that change nothing a run computes, so a stored point whose config differs in them
-# alone is the same point: advice to the user (said when data is missing), and how fast the
-# input is made (tests/test_batch_identity.py: the same batches whatever they are).
-INERT_FIELDS = ("data_help", *settings.READ_DEFAULTS)
-
-
 def model_fields(recipe: str = "vaswani2017", **overrides: Any) -> ml_collections.ConfigDict:
   """{'recipe': name, FIELD: None (the recipe's value) or an override, ...}."""
-  fields = {"recipe": recipe}
+  slots = {"recipe": recipe}
   for f in dataclasses.fields(ModelConfig):
-    fields[f.name] = config_dict.placeholder(_placeholder_type(f))
-  model = ml_collections.ConfigDict(fields)
+    slots[f.name] = config_dict.placeholder(_placeholder_type(f))
+  model = ml_collections.ConfigDict(slots)
   for k, v in overrides.items():
     if k not in model:
       raise ConfigError(f"ModelConfig has no field {k!r}.")
@@ -63,64 +58,29 @@ def model_fields(recipe: str = "vaswani2017", **overrides: Any) -> ml_collection
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Defaults shared by every experiment config; configs/*.py override them."""
-  c = ml_collections.ConfigDict()
-  c.model_type = "seq2seq"  # 'seq2seq' (Transformer) or 'lm' (DecoderOnly)
-  c.model = model_fields()
-  c.dataset = "synthetic"
-  c.synthetic = ml_collections.ConfigDict(synthetic.DEFAULTS)
-  c.tfds_data_dir = config_dict.placeholder(str)  # None: ~/tensorflow_datasets
-  # Text datasets (transformer/data/text.py): text_files, parallel_text, or a TFDS name.
-  c.data_files = config_dict.placeholder(str)  # files, globs, dirs; comma-separated
-  c.eval_files = config_dict.placeholder(str)  # None: hold out eval_fraction of data_files
-  c.data_help = ""  # how to get a config's default data_files, said when they are missing
-  c.eval_fraction = 0.01
-  # > 0: also hold out this fraction of a local corpus as a test split, scored once at the
-  # end of training ('test' records): settings chosen on validation are reported on test.
-  c.test_fraction = text.SPLIT_DEFAULTS["test_fraction"]
-  c.text_split = "paragraph"  # documents of text_files / tiny_shakespeare: 'paragraph', 'line'
-  c.source_lang = "de"  # translation TFDS datasets (wmtNN_translate/xx-yy)
-  c.target_lang = "en"
-  c.train_split = text.SPLIT_DEFAULTS["train_split"]
-  c.eval_split = config_dict.placeholder(str)  # None: the dataset's held-out split
-  c.packing = "none"  # 'none', 'pack' (whole examples), 'concat' (LM: rows cut from a stream)
-  c.tokenizer = ml_collections.ConfigDict(dict(
-      kind="sentencepiece",  # or 'bytes' (no training)
-      vocab_size=8000,
-      path=config_dict.placeholder(str),  # None: WORKDIR/tokenizer.model
-      model_type="unigram", character_coverage=0.9995, train_examples=1_000_000))
-  c.update(settings.READ_DEFAULTS)  # data_threads, data_prefetch
-  c.batch_size = 64  # global, over all devices and hosts
-  # The mesh's fsdp axis: 1 = every device a data-parallel replica (params replicated);
-  # N = params, gradients and optimizer state split N ways (FSDP); -1 = over every device.
-  c.fsdp = 1
-  c.max_len = 32  # tokens per row (inputs and targets)
-  c.seed = 0
-  # The seed that draws a local corpus's validation and test splits; None: `seed`. Fixed
-  # across a sweep's seeds, every seed is selected and scored on the same held-out text.
-  c.split_seed = config_dict.placeholder(int)
-  c.update(default_optimizer_fields())
-  c.label_smoothing = 0.1  # Section 5.4
-  c.z_loss = 0.0
-  c.loss_chunk_size = 0  # > 0: score the logits this many positions at a time (large vocabularies)
-  c.log_every_steps = 50
-  c.eval_every_steps = 500
-  c.diagnostics_every_steps = 0  # > 0: transformer.diagnostics -> 'diagnostics' records
-  c.diagnostics_batches = 4  # the fixed held-out (eval) batches the scale statistics average
-  c.bleu_every_steps = 0  # > 0: BLEU + exact match of beam search on the eval split (seq2seq)
-  c.num_decode_examples = 3  # decoded eval examples shown in TensorBoard and the log
-  c.checkpoint_every_steps = 500
-  # "START,COUNT": a jax.profiler trace of steps START+1 .. START+COUNT in WORKDIR/profile
-  # (TensorBoard's profile plugin or Perfetto open it); "" = off.
-  c.profile_steps = ""
-  c.keep_checkpoints = 3
-  c.async_checkpoints = True
-  c.allow_model_change = False  # True: resume a workdir whose model config differs
-  # True: resume the params of a workdir trained on another data stream (other files, split,
-  # batch, tokenizer or process count), its data read from the start.
-  c.allow_data_change = False
-  c.allow_config_change = False  # True: resume with other settings (`changed_on_resume`)
+  """Defaults shared by every experiment config, as `fields` declares them; configs/*.py
+  override them."""
+  c = ml_collections.ConfigDict({"model": model_fields()})
+  for section in fields.SECTIONS:
+    for name, value in _config_fields(section).items():
+      c[name] = value
   return c
+
+
+def _config_fields(section: type) -> dict[str, Any]:
+  """A section's fields in ml_collections form: a None default a typed placeholder, a nested
+  section or a mapping a sub-config."""
+  out: dict[str, Any] = {}
+  for f in dataclasses.fields(section):
+    value = fields.default(f)
+    if f.name in fields.NESTED:
+      value = ml_collections.ConfigDict(_config_fields(fields.NESTED[f.name]))
+    elif isinstance(value, dict):
+      value = ml_collections.ConfigDict(value)
+    elif value is None and f.metadata["unset"] is not None:
+      value = config_dict.placeholder(f.metadata["unset"])
+    out[f.name] = value
+  return out
 
 
 def with_defaults(recorded: dict[str, Any]) -> ml_collections.ConfigDict:
@@ -139,6 +99,15 @@ class Experiment:
   config: ml_collections.FrozenConfigDict  # every field, as given (read-only)
   model: ModelConfig  # recipe + overrides; its vocabulary as the config's data plans it
   vocab_from: str  # where model.vocab_size comes from (data.settings.planned_vocab_size)
+  # The typed sections of `config` (transformer.training.fields), built once from it.
+  data: fields.Data = dataclasses.field(init=False)
+  optimization: fields.Optimization = dataclasses.field(init=False)
+  loss: fields.Loss = dataclasses.field(init=False)
+  loop: fields.Loop = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    for section in fields.SECTIONS:
+      object.__setattr__(self, section.__name__.lower(), fields.build(section, self.config))
 
 
 class OfExperiment:
@@ -164,10 +133,10 @@ def parse(config: ml_collections.ConfigDict | Experiment) -> Experiment:
   return Experiment(_frozen(config), model, vocab_from)
 
 
-def recorded(fields: ml_collections.ConfigDict, model: ModelConfig) -> Experiment:
+def recorded(config: ml_collections.ConfigDict, model: ModelConfig) -> Experiment:
   """The Experiment a checkpoint recorded (its fields, read by `with_defaults`, and its
   ModelConfig): read as it ran, not checked again (its data may be gone, its paths moved)."""
-  return Experiment(_frozen(fields), model, "the checkpoint's record")
+  return Experiment(_frozen(config), model, "the checkpoint's record")
 
 
 def _frozen(config: ml_collections.ConfigDict) -> ml_collections.FrozenConfigDict:
@@ -211,20 +180,12 @@ def parse_scale(value: Any) -> Any:
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
   """The ModelConfig of an experiment: recipe, then overrides; vocab and max_len from the data."""
-  fields = {k: parse_scale(v) for k, v in config.model.items()
-            if k != "recipe" and v is not None}
-  fields.setdefault("vocab_size", vocab_size)
-  fields.setdefault("max_len", config.max_len)
-  _check_vocab_floor(fields["vocab_size"], vocab_size)
-  return ModelConfig.from_recipe(config.model.recipe, **fields)
-
-
-# Fields that must be integers >= 1, and those >= 0 (0 = off).
-_AT_LEAST_ONE = ("num_train_steps", "batch_size", "max_len", "log_every_steps",
-                 "eval_every_steps", "checkpoint_every_steps", "tokenizer.train_examples",
-                 "diagnostics_batches")
-_AT_LEAST_ZERO = ("diagnostics_every_steps", "bleu_every_steps", "num_decode_examples",
-                  "loss_chunk_size", "warmup_steps", "data_threads", "data_prefetch")
+  given = {k: parse_scale(v) for k, v in config.model.items()
+           if k != "recipe" and v is not None}
+  given.setdefault("vocab_size", vocab_size)
+  given.setdefault("max_len", config.max_len)
+  _check_vocab_floor(given["vocab_size"], vocab_size)
+  return ModelConfig.from_recipe(config.model.recipe, **given)
 
 
 def profile_window(config: ml_collections.ConfigDict) -> Optional[tuple[int, int]]:
@@ -250,16 +211,15 @@ def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
 
   What depends on the data (the corpus) is checked when it is read.
   """
-  for names, low in ((_AT_LEAST_ONE, 1), (_AT_LEAST_ZERO, 0)):
-    for name in names:
-      value = config
-      for part in name.split("."):
-        value = value.get(part) if value is not None else None
-      if value is None and "." in name:
-        continue  # an optional sub-config this experiment does not have
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name}={value!r} must be an integer >= {low}"
-                          f"{' (0 = off)' if low == 0 else ''}.")
+  for name, low in fields.bounds().items():
+    value = config
+    for part in name.split("."):
+      value = value.get(part) if value is not None else None
+    if value is None and "." in name:
+      continue  # an optional sub-config this experiment does not have
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ConfigError(f"{name}={value!r} must be an integer >= {low}"
+                        f"{' (0 = off)' if low == 0 else ''}.")
   _check_seeds(config)
   vocab_size = config.model.get("vocab_size")
   if vocab_size is not None and vocab_size <= NUM_RESERVED:
@@ -283,7 +243,7 @@ def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
   if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
     raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
                       "(1 = all-data).")
-  settings.check_paths_reachable(config)
+  check_paths_reachable(config)
   settings.check_data_config(config)  # before any data is prepared or tokenizer trained
   profile_window(config)
   optimizer_settings.check_fields(config)  # the optimizer fields and the schedule
@@ -297,6 +257,14 @@ def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
                       f"table (model.max_len={model.max_len}); raise model.max_len or lower "
                       "max_len.")
   return model, vocab_from
+
+
+def check_paths_reachable(config: ml_collections.ConfigDict, prefix: str = "--config.") -> None:
+  """A gs:// path among the config's data paths (`fields.paths`) without gcsfs, or a
+  tfds_data_dir that is a file: one line naming the field (`storage.check_reachable`), before
+  any data is read."""
+  storage.check_all_reachable({f"{prefix}{k}": config.get(k) for k in fields.paths()})
+  settings.check_tfds_data_dir(config.get("tfds_data_dir"), f"{prefix}tfds_data_dir")
 
 
 def _check_kind(config: ml_collections.ConfigDict) -> None:

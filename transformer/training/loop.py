@@ -68,7 +68,7 @@ def train_and_evaluate(exp: experiment.Experiment, workdir: str,
     with lock:
       # The workdir is checked before data preparation (which may train a tokenizer or
       # build a TFDS dataset).
-      data_changed = _check_workdir(exp, workdir)
+      data_changed = _check_resume(exp, workdir)
       datasets = _get_datasets(exp.config, workdir)
       experiment.check_data_vocab(exp, datasets.vocab_size)
       with stop_signals.StopSignals() as signals:
@@ -98,7 +98,7 @@ class _Training:
   counts: diagnostics.TokenCounts
 
 
-def _check_workdir(exp: experiment.Experiment, workdir: str) -> bool:
+def _check_resume(exp: experiment.Experiment, workdir: str) -> bool:
   """The workdir against this run, before any data is read: its model, data stream and
   steps. True when the data stream changed and allow_data_change lets the run go on
   (workdir_checks.check_resumable)."""
@@ -132,7 +132,7 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
-  if r.restored:
+  if r.from_checkpoint:
     logging.info("Resumed from step %d of %s.", r.start_step, workdir)
     history = workdir_checks.resume_history(workdir, config, r.start_step, exp.model, identity)
     if history:

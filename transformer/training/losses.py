@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer.errors import ConfigError
+from transformer.token_ids import PAD_ID
 
 
 class LossOutput(NamedTuple):
@@ -155,7 +156,7 @@ def cross_entropy(
     logits: float[B, L, V], any float dtype (bfloat16 in a bfloat16 step); read in float32
       (`logit_statistics`), never copied to float32 as a whole.
     targets: int[B, L] token ids.
-    weights: float[B, L], or None for `targets > 0` (pad id 0 contributes nothing).
+    weights: float[B, L], or None for `targets != PAD_ID` (padding contributes nothing).
       Given weights are used as they are (not combined with the pad mask).
     label_smoothing: eps in [0, 1), a Python float. The target distribution q puts 1 - eps
       on the target and eps / (V - 1) on every other token (the paper / tensor2tensor).
@@ -170,7 +171,7 @@ def cross_entropy(
   """
   _check_arguments(logits, targets, label_smoothing, z_loss)
   if weights is None:
-    weights = (targets > 0).astype(jnp.float32)
+    weights = (targets != PAD_ID).astype(jnp.float32)
   else:
     weights = weights.astype(jnp.float32)
 

@@ -44,7 +44,7 @@ class Run(experiment.OfExperiment):
   # abstract (jax.ShapeDtypeStruct leaves with their shardings).
   state: Any
   start_step: int = 0  # the step of the restored checkpoint; 0 for a fresh state
-  restored: bool = False  # whether the state is a checkpoint's (a step-0 one included)
+  from_checkpoint: bool = False  # whether the state is a checkpoint's (a step-0 one included)
   checkpointer: Optional[checkpoint.Checkpointer] = None  # the workdir's, when one was given
 
 
@@ -111,7 +111,8 @@ def restored(exp: experiment.Experiment, workdir: str,
   if found is None:  # drawn only now: the state a fresh run starts from
     return dataclasses.replace(run, state=run.steps.init(rngs(config)[0]), checkpointer=ckpt)
   state, step = found
-  return dataclasses.replace(run, state=state, start_step=step, restored=True, checkpointer=ckpt)
+  return dataclasses.replace(run, state=state, start_step=step, from_checkpoint=True,
+                             checkpointer=ckpt)
 
 
 def abstract(exp: experiment.Experiment, mesh: jax.sharding.Mesh) -> Run:

@@ -27,7 +27,7 @@ from transformer.data import corpus_files, local_corpora
 from transformer.data import tokenizer as tokenizers
 from transformer.errors import ConfigError, TrainingError, disk_full, full_file, one_line
 from transformer.records import flat_fields
-from transformer.training import experiment, optimizer_settings, writers
+from transformer.training import experiment, fields, optimizer_settings, writers
 
 LOCK_FILE = "train.lock"  # WORKDIR/train.lock, held by the run training there
 HOLDER_SUFFIX = ".holder"  # beside a lock: who holds it (pid, host, since when)
@@ -172,16 +172,17 @@ def remove_if_empty(workdir: str) -> None:
 
 # ---- the run's identity ----
 
-# Fields whose change would make the saved data-iterator position mean other examples: the
-# data (a TFDS dataset's train split and language pair), how it is split (the seed draws a
-# local corpus's held-out split unless split_seed is set), laid out (a pair joined for a
-# language model), cut into rows and tokenized, and the order it is read in.
-_DATA_STREAM_FIELDS = ("dataset", "data_files", "eval_files", "text_split", "batch_size",
-                       "packing", "eval_fraction", "test_fraction", "seed", "split_seed",
-                       "max_len", "synthetic", "tokenizer",
-                       # a TFDS dataset's split and language pair; how a kind lays out a row
-                       "train_split", "source_lang", "target_lang", "model_type")
-_FILE_FIELDS = ("data_files", "eval_files")  # the fields whose files' content is fingerprinted
+
+
+def _data_stream() -> tuple[str, ...]:
+  """The fields whose change would make the saved data-iterator position mean other examples:
+  the data, how it is split, laid out, cut into rows and tokenized, and the order it is read."""
+  return fields.names(fields.Role.SOURCE, fields.Role.STREAM)
+
+
+def _fingerprinted() -> tuple[str, ...]:
+  """The fields whose files' content is fingerprinted: the paths the text is read from."""
+  return tuple(k for k in fields.paths() if k in fields.names(fields.Role.SOURCE))
 
 
 def run_identity(config: ml_collections.ConfigDict, workdir: str,
@@ -192,7 +193,7 @@ def run_identity(config: ml_collections.ConfigDict, workdir: str,
   identity: dict[str, Any] = {"process_count": process_count,
                               "tokenizer": tokenizers.file_hash(workdir)}
   if config.dataset in local_corpora.LOCAL:
-    for field in _FILE_FIELDS:
+    for field in _fingerprinted():
       if config.get(field):
         identity[field] = {f: corpus_files.content_fingerprint(f)
                            for f in corpus_files.resolve_files(config[field], field)}
@@ -336,26 +337,14 @@ def _accepted(workdir: str, changes: ResumeChanges) -> str:
           + f"; the checkpoints' record lists the changes under {CHANGED_ON_RESUME}.")
 
 
-# Fields a resumed run may change: how long it trains (unless its schedule decays over that:
-# `training_changes`) and how it is watched, logged, saved and read, and the permissions
-# themselves. Every other field changes what the run computes, and a resume that changes one
-# mixes two runs in one history (`training_changes`).
-_RESUMABLE_FIELDS = ("num_train_steps", "log_every_steps", "eval_every_steps",
-                     "checkpoint_every_steps", "keep_checkpoints", "async_checkpoints",
-                     "profile_steps", "diagnostics_every_steps", "diagnostics_batches",
-                     "bleu_every_steps", "num_decode_examples", "tfds_data_dir",
-                     "fsdp", "grad_accum_steps", "loss_chunk_size",  # the same loss, laid out
-                     "allow_model_change", "allow_data_change", "allow_config_change")
-
-
 def training_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict) -> list[str]:
   """The fields, beside the model and the data stream (checked on their own), whose values
   differ between a workdir's recorded run and this one, in words ([] if none): its optimizer,
-  rate and schedule, its loss, its seed's other uses, its layout (`_RESUMABLE_FIELDS` aside),
+  rate and schedule, its loss, its seed's other uses, its layout (Role.RESUMABLE aside),
   and num_train_steps where this run's schedule decays over it (cosine, linear: another
   length is another schedule). A field the record predates counts as its default
   (`experiment.with_defaults`)."""
-  skip = {"model", *_DATA_STREAM_FIELDS, *_RESUMABLE_FIELDS, *experiment.INERT_FIELDS}
+  skip = {"model", *_data_stream(), *fields.names(fields.Role.RESUMABLE, fields.Role.INERT)}
   if config.get("schedule") in optimizer_settings.DECAYING_SCHEDULES:
     skip.discard("num_train_steps")
   recorded = experiment.with_defaults(saved_config.get("experiment", {}))
@@ -387,8 +376,8 @@ def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.Con
                         identity: dict[str, Any]) -> list[str]:
   """What differs between a workdir's recorded run and this one, in words ([] if nothing)."""
   before = flat_fields({k: v for k, v in saved_config.get("experiment", {}).items()
-                  if k in _DATA_STREAM_FIELDS})
-  now = flat_fields({k: config.get(k) for k in _DATA_STREAM_FIELDS})
+                  if k in _data_stream()})
+  now = flat_fields({k: config.get(k) for k in _data_stream()})
   changes = [f"{k} {before[k]!r} -> {now.get(k)!r}" for k in sorted(before)
              if before[k] != now.get(k)]
   recorded = saved_config.get(checkpoint.IDENTITY_KEY, {})
@@ -399,7 +388,7 @@ def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.Con
       recorded["tokenizer"] != identity["tokenizer"]:
     changes.append(f"the workdir's tokenizer file is not the one it was trained with "
                    f"({recorded['tokenizer']} -> {identity['tokenizer']})")
-  if all(before.get(f) == config.get(f) for f in _FILE_FIELDS):  # the same names
+  if all(before.get(f) == config.get(f) for f in _fingerprinted()):  # the same names
     changes += file_changes(recorded, identity)
   return changes
 
@@ -409,7 +398,7 @@ def changed_data_files(recorded: dict[str, Any], config: ml_collections.ConfigDi
   """The data files of a run's recorded identity (`run_identity`) that hold other text now, in
   words ([] if none or if the run recorded none): what a reader of its held-out split must
   refuse."""
-  if not any(field in recorded for field in _FILE_FIELDS):
+  if not any(field in recorded for field in _fingerprinted()):
     return []
   return file_changes(recorded, run_identity(config, workdir, process_count=1))
 
@@ -417,7 +406,7 @@ def changed_data_files(recorded: dict[str, Any], config: ml_collections.ConfigDi
 def file_changes(recorded: dict[str, Any], identity: dict[str, Any]) -> list[str]:
   """The data files that appeared, went or hold other content between two identities."""
   changes = []
-  for field in _FILE_FIELDS:
+  for field in _fingerprinted():
     if field in recorded and field in identity:
       changes += _file_changes(field, recorded[field], identity[field])
   return changes

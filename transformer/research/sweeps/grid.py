@@ -96,7 +96,7 @@ from transformer import storage
 from transformer.config import SCALE_FIELDS
 from transformer.errors import ConfigError, one_line
 from transformer.records import to_json
-from transformer.training import experiment
+from transformer.training import experiment, fields
 from transformer.training.failure_rule import FailureRule
 
 POINTS_DIR = "points"
@@ -553,13 +553,9 @@ def is_finished(workdir: str, point: Point) -> bool:
   return storage.as_path(storage.join(point_dir(workdir, point), RESULT_FILE)).is_file()
 
 
-# What a run's data come from: the text it reads, how it is split (with the seed, unless
-# split_seed holds the split still) and the SentencePiece model trained on it.
-DATA_INPUTS = ("tokenizer", "dataset", "data_files", "eval_files", "text_split",
-               "eval_fraction", "test_fraction", "split_seed")
-
-
 def data_inputs(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """A run's DATA_INPUTS as plain JSON values: two runs of one seed whose data_inputs are equal
-  train on, choose on and are scored on the same paragraphs."""
-  return to_json({k: config.get(k) for k in DATA_INPUTS})
+  """What a run's data come from, as plain JSON values: the text it reads, how it is split
+  (with the seed, unless split_seed holds the split still) and the SentencePiece model trained
+  on it (its Role.SOURCE fields). Two runs of one seed whose data_inputs are equal train on,
+  choose on and are scored on the same paragraphs."""
+  return to_json({k: config.get(k) for k in fields.names(fields.Role.SOURCE)})

@@ -22,27 +22,27 @@ from transformer.research.sweeps.stats import (cell, correlation, fit_left_out, 
                                                load_results, mean_std, metric_value,
                                                ordered_groups)
 from transformer.records import flat_fields, to_json
-from transformer.training import experiment
+from transformer.training import experiment, fields
 from transformer.training.failure_rule import FailureRule
 
 
 def changed_points(sweep: Sweep, results: Sequence[dict[str, Any]]) -> list[str]:
   """The finished points of the grid whose stored config differs from the one the sweep file
-  gives them now (experiment.INERT_FIELDS aside), each in words with its first changed
+  gives them now (its inert fields aside), each in words with its first changed
   fields. Results from before configs were stored are taken as they are."""
   grid = {p.name: p for p in tuning.points(sweep, results)}
+  inert = fields.names(fields.Role.INERT)
   changed = []
   for result in results:
     if "config" not in result or result["name"] not in grid:
       continue
     # A field added since the run reads at its default: the run as it ran (with_defaults).
     before = flat_fields(experiment.with_defaults(result["config"]).to_dict())
-    now = flat_fields(
-        to_json(point_config(sweep, grid[result["name"]])))
-    fields = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k)
-                    and k not in experiment.INERT_FIELDS)
-    if fields:
-      words = [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in fields[:3]]
+    now = flat_fields(to_json(point_config(sweep, grid[result["name"]])))
+    differ = sorted(k for k in set(before) | set(now)
+                    if before.get(k) != now.get(k) and k not in inert)
+    if differ:
+      words = [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in differ[:3]]
       changed.append(f"{result['name']} ({', '.join(words)})")
   return changed
 
