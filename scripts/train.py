@@ -44,8 +44,8 @@ def main(argv):
                                   _DISTRIBUTED_TIMEOUT.value)
   final = loop.train_and_evaluate(exp, _WORKDIR.value)
   if jax.process_index() == 0:
-    print("\n".join(loop.summary_lines(final, _WORKDIR.value)))
-  if final.get("stopped_by") == "SIGINT":
+    print("\n".join(final.lines(_WORKDIR.value)))
+  if final.stopped_by == "SIGINT":
     sys.exit(cli.EXIT_INTERRUPTED)
 
 

@@ -47,7 +47,7 @@ def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog, mon
   monkeypatch.setattr(loop, "tqdm", Bar)
   with caplog.at_level(logging.WARNING):
     final = loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
-  assert final["step"] == 12
+  assert final.step == 12
   # The rate and ETA count from after the resumed run's first (compiling) step, restarted once.
   assert paused_at == [5]
   assert any(str(damaged) in r.getMessage() for r in caplog.records)
@@ -73,12 +73,12 @@ def test_a_crash_in_the_last_evaluation_resumes_at_the_end_and_repeats_only_it(
   assert checkpoint.Checkpointer(str(workdir)).all_steps() == [5]
   monkeypatch.setattr(steps, "split_metrics", split_metrics)
   final = loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
-  assert final["step"] == 5 and final["eval"]["loss"] > 0
+  assert final.step == 5 and final.eval["loss"] > 0
   train = writers.read_metrics(str(workdir), "train")
   assert [r["step"] for r in train] == [1, 2, 3, 4, 5]  # not trained again
-  assert final["train"]["loss"] == pytest.approx(train[-1]["loss"])
+  assert final.train["loss"] == pytest.approx(train[-1]["loss"])
   assert [r["loss"] for r in writers.read_metrics(str(workdir), "eval")] == \
-      [pytest.approx(final["eval"]["loss"])]  # the half-done record replaced, not kept
+      [pytest.approx(final.eval["loss"])]  # the half-done record replaced, not kept
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, tmp_path):
@@ -163,7 +163,7 @@ def test_a_checkpoint_of_one_mesh_resumes_on_another_to_the_same_params(tiny_con
   tiny_config.num_train_steps, tiny_config.fsdp = 5, 8  # FSDP, saved at step 5 ...
   loop.train_and_evaluate(experiment.parse(tiny_config), str(split))
   tiny_config.num_train_steps, tiny_config.fsdp = 10, 1  # ... resumed all-data
-  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(split))["step"] == 10
+  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(split)).step == 10
   expected, got = (checkpoint.load_params(str(w))[0] for w in (whole, split))
   for a, b in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -305,15 +305,15 @@ def five_steps(tfds_dir, tmp_path_factory):
 
 
 def test_the_summary_puts_the_held_out_figures_first_and_names_the_checkpoint():
-  final = {"eval": {"accuracy": 0.99951, "nll": 0.0123, "perplexity": 1.0124},
-           "decode": {"bleu": 99.9, "exact_match": 0.996, "num_examples": 1000.0},
-           "train": {"loss": 0.5}, "step": 2000}
-  assert loop.summary_lines(final, "/w") == [
+  final = loop.Summary(step=2000, eval={"accuracy": 0.99951, "nll": 0.0123, "perplexity": 1.0124},
+                       decode={"bleu": 99.9, "exact_match": 0.996, "num_examples": 1000.0},
+                       train={"loss": 0.5})
+  assert final.lines("/w") == [
       "Run /w: trained to step 2000.",
       "  held-out: token accuracy 99.95%, NLL 0.0123, perplexity 1.01",
       "  decoded held-out: BLEU 99.90, exact 99.60% of 1,000",
       "  checkpoint /w/checkpoints/2000; metrics /w/metrics.jsonl"]
-  stopped = loop.summary_lines({"step": 7, "stopped_by": "SIGTERM"}, "/w")
+  stopped = loop.Summary(step=7, stopped_by="SIGTERM").lines("/w")
   assert stopped[0] == "Run /w: stopped by SIGTERM at step 7."
 
 
@@ -325,14 +325,14 @@ def test_a_run_whose_loss_sat_flat_says_it_failed_where_it_ends(tiny_config, tmp
   final = loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
   # Its first train record after warmup (5 steps) is step 50's, 55 steps before its last: too
   # few to judge a stall by (100); trained on to step 155, it is judged.
-  assert final["failure"] is None
+  assert final.failure is None
   tiny_config.update(num_train_steps=155, eval_every_steps=155, checkpoint_every_steps=155)
   final = loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
   assert re.fullmatch(r"stalled: train loss [\d.]+ at step 155 against [\d.]+ at step 50",
-                      final["failure"])
-  lines = loop.summary_lines(final, "/w")
+                      final.failure)
+  lines = final.lines("/w")
   assert lines[:2] == ["Run /w: trained to step 155.",
-                       f"  FAILED by the default failure rule: {final['failure']} "
+                       f"  FAILED by the default failure rule: {final.failure} "
                        "(docs/training.md, 'A run that failed')."]
 
 
@@ -394,7 +394,7 @@ def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tin
                      r"num_train_steps=3; pass --config.num_train_steps=5 or more to continue"):
     loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
   tiny_config.num_train_steps = 5  # the same command again: its evaluations, nothing trained
-  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))["step"] == 5
+  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir)).step == 5
 
 
 def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_stop(
@@ -409,9 +409,9 @@ def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_sto
   final = loop.train_and_evaluate(experiment.parse(tiny_config), unbroken)
   train = {r["step"]: r for r in writers.read_metrics(unbroken, "train")}
   assert (train[5]["first_step"], train[10]["first_step"]) == (1, 6)
-  assert type(train[10]["first_step"]) is int and "first_step" not in final["train"]  # not a metric
+  assert type(train[10]["first_step"]) is int and "first_step" not in final.train  # not a metric
   monkeypatch.setattr(stop_signals.StopSignals, "should_stop", lambda self, step: step == 6)
-  assert loop.train_and_evaluate(experiment.parse(tiny_config), resumed)["preempted_at"] == 6
+  assert loop.train_and_evaluate(experiment.parse(tiny_config), resumed).step == 6
   monkeypatch.undo()
   loop.train_and_evaluate(experiment.parse(tiny_config), resumed)
   again = {r["step"]: r for r in writers.read_metrics(resumed, "train")}
@@ -541,8 +541,8 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
     assert "encoder" not in saved and "output" not in saved  # tied
     test = writers.read_metrics(str(tmp_path / scale), "test")
     assert [r["step"] for r in test] == [2]
-    assert test[0]["loss"] == pytest.approx(final["test"]["loss"])
-    assert final["test"]["loss"] != pytest.approx(final["eval"]["loss"])  # another split
+    assert test[0]["loss"] == pytest.approx(final.test["loss"])
+    assert final.test["loss"] != pytest.approx(final.eval["loss"])  # another split
   none, paper = init["none"], init["inv_sqrt_dk"]
   d_k = 32 // 2
   for key in ("decoder/embed/ratio", "decoder/layer_0/self_attention/head_0/raw_var",
@@ -567,7 +567,7 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   os.utime(book, (1, 1))  # touched: the same text
   config.num_train_steps = 4
   with caplog.at_level(logging.INFO):
-    assert loop.train_and_evaluate(experiment.parse(config), workdir)["step"] == 4
+    assert loop.train_and_evaluate(experiment.parse(config), workdir).step == 4
   assert "Resumed from step 2" in caplog.text
   book.write_text("Other text altogether,\nfor another run.\n\n" * 30)
   config.num_train_steps = 6
@@ -583,7 +583,7 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
     analysis.analyze(workdir, num_batches=1)  # its statistics: of that split too
   assert not any(os.path.exists(os.path.join(workdir, d)) for d in ("eval", "plots"))
   config.allow_data_change = True
-  assert loop.train_and_evaluate(experiment.parse(config), workdir)["step"] == 6
+  assert loop.train_and_evaluate(experiment.parse(config), workdir).step == 6
   identity = checkpoint.read_config(workdir)[checkpoint.IDENTITY_KEY]  # now the run's own
   assert identity["data_files"][str(book)] == corpus_files.content_fingerprint(str(book))
 

@@ -234,7 +234,7 @@ def test_a_third_kind_trains_on_packed_rows_checkpoints_restores_and_decodes(tin
   tiny_config.diagnostics_every_steps = 5  # the scale diagnostics ask the model too
   workdir = str(tmp_path / "w")
   final = loop.train_and_evaluate(experiment.parse(tiny_config), workdir)
-  assert final["step"] == 10 and math.isfinite(final["eval"]["loss"])
+  assert final.step == 10 and math.isfinite(final.eval["loss"])
   losses = [r["loss"] for r in writers.read_metrics(workdir, "train")]
   assert losses[-1] < losses[0]
   diag = writers.read_metrics(workdir, "diagnostics")
@@ -254,7 +254,7 @@ def test_a_third_kind_trains_on_packed_rows_checkpoints_restores_and_decodes(tin
   r = loaded.as_run()
   batches = evaluate.run_datasets(loaded).eval_batches()
   again = steps.split_metrics(r.steps.eval, r.state.params, batches, r.mesh)
-  assert again["loss"] == pytest.approx(final["eval"]["loss"], rel=1e-5)
+  assert again["loss"] == pytest.approx(final.eval["loss"], rel=1e-5)
   # Its eval split decodes (the source as the prompt) into BLEU, as a seq2seq model's does.
   decoded = heldout.decode_eval_split(r.model, r.state.params, evaluate.run_datasets(loaded),
                                        r.mesh, DecodeConfig(method="greedy"))

@@ -227,7 +227,8 @@ def _committed_sweeps():
 def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh_seeds(
     name, tmp_path, monkeypatch):
   """docs/sweeps/NAME/results.md is what --aggregate_only makes from the committed result.json
-  files (its tables; the plots are not redrawn here). The sweeps of issue 32 (m*) report every
+  files (its tables; the plots are not redrawn here), each of whose points the sweep file
+  still gives as it ran. The sweeps of issue 32 (m*) report every
   figure on seeds that did not choose its rate."""
   from transformer.research.sweeps import report
   committed = os.path.join(REPO, "docs", "sweeps", name)
@@ -239,6 +240,8 @@ def test_committed_results_rebuild_their_tables_and_new_comparisons_report_fresh
   sweep = sweeps.load_sweep(os.path.join(REPO, "configs", "sweeps", f"{name}.py"))
   command = f"python scripts/sweep.py --sweep=configs/sweeps/{name}.py --workdir=WORKDIR"
   summary = sweeps.aggregate(sweep, str(tmp_path), command=command)
+  # Every committed point is still the point its sweep file gives: a rerun schedules none.
+  assert report.changed_points(sweep, sweeps.load_results(committed)) == []
   tables = lambda text: "\n".join(  # noqa: E731
       line for line in text.splitlines() if not line.startswith("![")).rstrip()
   with open(os.path.join(committed, "results.md")) as f:

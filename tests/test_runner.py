@@ -136,7 +136,7 @@ def test_a_point_stopped_by_a_signal_is_not_recorded_and_the_sweep_stops(tmp_pat
   def stopped(config, workdir):
     calls.append(workdir)
     open(os.path.join(workdir, "metrics.jsonl"), "w").close()
-    return {"step": 150, "preempted_at": 150, "stopped_by": "SIGTERM"}
+    return loop.Summary(step=150, stopped_by="SIGTERM")
 
   monkeypatch.setattr(loop, "train_and_evaluate", stopped)
   sweep = tiny_sweep()
@@ -160,8 +160,8 @@ def test_a_sweep_stopped_before_any_point_finished_says_so_and_ends_cleanly(tmp_
                                                                            monkeypatch):
   """SIGTERM during the first point: the stop is clean, so the command ends with one line that
   says how to go on, not with 'No finished points' and exit 1."""
-  monkeypatch.setattr(loop, "train_and_evaluate", lambda config, workdir: {
-      "step": 2, "preempted_at": 2, "stopped_by": "SIGTERM"})
+  monkeypatch.setattr(loop, "train_and_evaluate",
+                      lambda config, workdir: loop.Summary(step=2, stopped_by="SIGTERM"))
   text = sweeps.run_command(_sweep_file(tmp_path / "s.py"), str(tmp_path / "w"))
   assert text == ("No point of sweep t has finished yet; rerun the same command to continue it "
                   "(a stopped point resumes from its checkpoint).")
@@ -190,7 +190,7 @@ def _bowl(exp, workdir):
   best = 2e-3 if config.model.embed_scale == "sqrt_d" else 4e-3
   loss = 3.0 + 0.1 * math.log2(config.learning_rate / best) ** 2 + 0.01 * config.seed
   open(os.path.join(workdir, "metrics.jsonl"), "w").close()
-  return {"eval": {"loss": loss}, "test": {"loss": loss + 0.05}, "step": 1}
+  return loop.Summary(step=1, eval={"loss": loss}, test={"loss": loss + 0.05})
 
 
 def test_a_tuned_sweep_runs_the_grid_then_extends_an_edge(tmp_path, monkeypatch):
@@ -344,7 +344,7 @@ def _fake_training(calls):
     config = exp.config
     calls.append(config)
     open(os.path.join(workdir, "metrics.jsonl"), "w").close()
-    return {"step": config.num_train_steps, "eval": {"loss": 1.0 + len(calls)}}
+    return loop.Summary(step=config.num_train_steps, eval={"loss": 1.0 + len(calls)})
   return train
 
 

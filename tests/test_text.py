@@ -192,7 +192,7 @@ def test_packed_text_lm_resumes_exactly_and_reuses_its_tokenizer(tmp_path):
   stamp = os.stat(model).st_mtime_ns
   config.num_train_steps = 6
   final = loop.train_and_evaluate(experiment.parse(config), str(resumed), devices=one_device)
-  assert final["step"] == 6 and os.stat(model).st_mtime_ns == stamp  # reused, not retrained
+  assert final.step == 6 and os.stat(model).st_mtime_ns == stamp  # reused, not retrained
   assert model.read_bytes() == (straight / "tokenizer.model").read_bytes()
   losses = [[r["loss"] for r in writers.read_metrics(str(w), "train")] for w in (straight, resumed)]
   assert losses[0] == losses[1] and len(losses[0]) == 6

@@ -29,12 +29,14 @@ EVAL_SPLITS = ("eval", "test", "decode")
 def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Module,
                     params: Any, eval_step: Any, datasets: pipeline.Datasets,
                     mesh: jax.sharding.Mesh, writer: writers.MetricWriter,
-                    final: dict[str, Any],
-                    on_nonfinite: Callable[[int, str, float], None] = lambda *_: None) -> None:
+                    on_nonfinite: Callable[[int, str, float], None] = lambda *_: None
+                    ) -> dict[str, Any]:
   """Training's evaluations due at `step`: the eval split every eval_every_steps, the test
   split once at the end, BLEU every bleu_every_steps (and the test split's at the end); each
-  written and put in `final`. A split whose loss is not finite calls `on_nonfinite(step,
-  split, loss)` once it is written, before anything is decoded (the loop's raises)."""
+  written, and returned as {'eval', 'test', 'decode': metrics, 'bleu_signature'} (those made).
+  A split whose loss is not finite calls `on_nonfinite(step, split, loss)` once it is written,
+  before anything is decoded (the loop's raises)."""
+  final: dict[str, Any] = {}
   is_last = step == config.num_train_steps
   for split, due, batches in (
       ("eval", step % config.eval_every_steps == 0 or is_last, datasets.eval_batches),
@@ -59,6 +61,7 @@ def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Modu
       writer.write(step, "test", decoded.metrics())
       logging.info("step %d test decode %s (%s)", step, decoded.metrics(),
                    final["bleu_signature"])
+  return final
 
 
 def decode_eval_split(model: nn.Module, params: Any, datasets: pipeline.Datasets,

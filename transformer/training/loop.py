@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import itertools
 import time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -48,14 +48,50 @@ def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.D
 PROFILE_DIR = "profile"  # WORKDIR/profile/plugins/profile/<date>/*.xplane.pb, *.trace.json.gz
 
 
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """What a run did, as `train_and_evaluate` returns it and scripts/train.py prints it: the
+  step it reached and the metrics of its last training window and evaluations ({} where none
+  ran)."""
+  step: int
+  train: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  eval: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  test: Mapping[str, float] = dataclasses.field(default_factory=dict)  # once, at the end
+  decode: Mapping[str, float] = dataclasses.field(default_factory=dict)  # the eval split's BLEU
+  bleu_signature: Optional[str] = None  # sacrebleu's, of the test split's BLEU
+  stopped_by: Optional[str] = None  # the signal that stopped it before num_train_steps
+  failure: Optional[str] = None  # why the finished run failed by the default failure rule
+
+  def lines(self, workdir: str) -> list[str]:
+    """What the run did, in a few lines: the held-out figures first, then where its
+    checkpoint and metrics are."""
+    done = (f"stopped by {self.stopped_by} at step {self.step}" if self.stopped_by
+            else f"trained to step {self.step}")
+    lines = [f"Run {workdir}: {done}."]
+    if self.failure:
+      lines.append(f"  FAILED by the default failure rule: {self.failure} (docs/training.md, "
+                   "'A run that failed').")
+    for m, name in ((self.eval, "held-out"), (self.test, "test")):
+      if "accuracy" in m:
+        lines.append(f"  {name}: token accuracy {m['accuracy']:.2%}, NLL {m['nll']:.4f}, "
+                     f"perplexity {m['perplexity']:.3g}")
+    if "bleu" in self.decode:
+      d = self.decode
+      lines.append(f"  decoded held-out: BLEU {d['bleu']:.2f}, exact {d['exact_match']:.2%} of "
+                   f"{int(d['num_examples']):,}")
+    lines.append(f"  checkpoint {storage.join(checkpoint.checkpoint_dir(workdir), str(self.step))}"
+                 f"; metrics {storage.join(workdir, 'metrics.jsonl')}")
+    return lines
+
+
 def train_and_evaluate(exp: experiment.Experiment, workdir: str,
-                       devices: Optional[Sequence[jax.Device]] = None) -> dict[str, Any]:
+                       devices: Optional[Sequence[jax.Device]] = None) -> Summary:
   """Trains an experiment (`experiment.parse(config)`: checked once, when it was made) in
-  `workdir`, resuming if it holds checkpoints; returns the final metrics.
+  `workdir`, resuming if it holds checkpoints; returns its `Summary`.
 
   `devices` defaults to every device of every process (the mesh's data axis). From the end of
   data preparation, SIGTERM, SIGINT and SIGHUP save a checkpoint at the step reached and
-  return, with final['stopped_by'] naming the signal.
+  return, with the summary's `stopped_by` naming the signal.
   """
   # Every check that needs no data was made when `exp` was parsed; the devices are checked
   # here, before anything is written.
@@ -155,11 +191,11 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
 
 def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
            mesh: jax.sharding.Mesh, data_changed: bool,
-           signals: stop_signals.StopSignals) -> dict[str, Any]:
+           signals: stop_signals.StopSignals) -> Summary:
   job = _setup(exp, workdir, datasets, mesh, data_changed)
   config = job.run.config
   num_steps = config.num_train_steps
-  final: dict[str, Any] = {}
+  latest: dict[str, Any] = {}  # the newest of each kind of figure (Summary's fields)
   window = MetricWindow(functools.partial(_stop_at_nonfinite, job.run.checkpointer))
   bar = tqdm(total=num_steps, initial=job.run.start_step, disable=not job.primary, unit="step",
              dynamic_ncols=True, desc="train")
@@ -169,10 +205,10 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   with _logs_above_the_bar():
     try:
       if step:  # the checkpoint's step may have stopped before or inside its evaluations
-        _heldout_scores(job, step, final, window)
+        latest.update(_heldout_scores(job, step, window))
         if step == num_steps:  # nothing left to train: the last window's training metrics
           last = [r for r in read_metrics(workdir, "train") if r["step"] == num_steps]
-          final["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
+          latest["train"] = {k: v for k, v in last[-1].items() if k not in ("step", "split")} \
               if last else {}
       while step < num_steps:
         if signals.should_stop(step):  # every process asks at every step: they stop together
@@ -186,28 +222,28 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
         step += 1
         bar.update(1)
         profile.step_ended(step, job.state)
-        _log_and_save(job, step, window, bar, final)
-        _heldout_scores(job, step, final, window)
+        logged = _log_and_save(job, step, window, bar)
+        if logged is not None:
+          latest["train"] = logged
+        latest.update(_heldout_scores(job, step, window))
       if step < num_steps:  # stopped by a signal: save where we are, return cleanly
         window.check(step)  # a non-finite loss in it sets the checkpoints aside instead
         job.run.checkpointer.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
         logging.warning("%s: saved a checkpoint at step %d in %s; rerun the same command to "
                         "continue.", signals.stopped_by, step, workdir)
-        final["preempted_at"] = step
-        final["stopped_by"] = signals.stopped_by
+        latest["stopped_by"] = signals.stopped_by
       failed = False
     finally:
       bar.close()
       profile.close()
       getattr(job.train_iter, "close", lambda: None)()  # its prefetch thread
       _close(job.run.checkpointer, job.writer, failed)
-    final["step"] = step
     if job.primary and step == num_steps:  # read off what the run wrote, as a sweep's rule is
-      final["failure"] = _failure(workdir, config)
-      if final["failure"]:
+      latest["failure"] = _failure(workdir, config)
+      if latest["failure"]:
         logging.warning("The run finished but failed by the default failure rule: %s.",
-                        final["failure"])
-    return final
+                        latest["failure"])
+    return Summary(step, **latest)
 
 
 def _failure(workdir: str, config: ml_collections.ConfigDict) -> Optional[str]:
@@ -215,30 +251,6 @@ def _failure(workdir: str, config: ml_collections.ConfigDict) -> Optional[str]:
   losses = {r["step"]: r["loss"] for r in read_metrics(workdir, "train")}
   last = (read_metrics(workdir, "diagnostics") or [{}])[-1]
   return FailureRule().judge(losses, layer_grad_norms(last), warmup_steps=config.warmup_steps)
-
-
-def summary_lines(final: dict[str, Any], workdir: str) -> list[str]:
-  """What a finished (or stopped) run did, in a few lines: the held-out figures first, then
-  where its checkpoint and metrics are."""
-  step = final.get("step", 0)
-  done = (f"stopped by {final['stopped_by']} at step {step}" if final.get("stopped_by")
-          else f"trained to step {step}")
-  lines = [f"Run {workdir}: {done}."]
-  if final.get("failure"):
-    lines.append(f"  FAILED by the default failure rule: {final['failure']} (docs/training.md, "
-                 "'A run that failed').")
-  for split, name in (("eval", "held-out"), ("test", "test")):
-    m = final.get(split) or {}
-    if "accuracy" in m:
-      lines.append(f"  {name}: token accuracy {m['accuracy']:.2%}, NLL {m['nll']:.4f}, "
-                   f"perplexity {m['perplexity']:.3g}")
-  if "bleu" in (final.get("decode") or {}):
-    d = final["decode"]
-    lines.append(f"  decoded held-out: BLEU {d['bleu']:.2f}, exact {d['exact_match']:.2%} of "
-                 f"{int(d['num_examples']):,}")
-  lines.append(f"  checkpoint {storage.join(checkpoint.checkpoint_dir(workdir), str(step))}; "
-               f"metrics {storage.join(workdir, 'metrics.jsonl')}")
-  return lines
 
 
 @contextlib.contextmanager
@@ -286,36 +298,38 @@ def _train_step(job: _Training, step: int) -> tuple[dict[str, jax.Array], float]
   return metrics, waited
 
 
-def _log_and_save(job: _Training, step: int, window: MetricWindow, bar: tqdm,
-                  final: dict[str, Any]) -> None:
+def _log_and_save(job: _Training, step: int, window: MetricWindow,
+                  bar: tqdm) -> Optional[dict[str, float]]:
   """The log line and the checkpoint due at `step` (a checkpoint also checks the window's
-  losses: none is saved past a non-finite one)."""
+  losses: none is saved past a non-finite one); returns the window's training metrics where
+  it logged them."""
   config, is_last = job.run.config, step == job.run.config.num_train_steps
   log = step % config.log_every_steps == 0 or is_last
   save = step % config.checkpoint_every_steps == 0 or is_last
+  summary = None
   if log:
     first = window.first_step(step)
     summary = window.summary(step)
     job.writer.write(step, "train", summary, first_step=first)
     bar.set_postfix(loss=f"{summary['loss']:.3f}", acc=f"{summary['accuracy']:.3f}",
                     tok_s=f"{summary['tokens_per_sec']:.0f}")
-    final["train"] = summary
   elif save:
     window.check(step)  # no checkpoint past a non-finite loss; the window goes on
   if save:
     job.run.checkpointer.save(step, job.state, data_iter=job.train_iter, config=job.resolved)
     job.writer.flush()  # TensorBoard's events as far as this checkpoint (copied, on gs://)
+  return summary
 
 
-def _heldout_scores(job: _Training, step: int, final: dict[str, Any],
-                    window: MetricWindow) -> None:
+def _heldout_scores(job: _Training, step: int, window: MetricWindow) -> dict[str, Any]:
   """The evaluations due at `step`, after its checkpoint (a crash during a long decode loses
-  no training: the resumed run repeats them); their time is not training throughput."""
+  no training: the resumed run repeats them); their time is not training throughput. Returns
+  their figures (`heldout.evaluations_due`)."""
   with window.paused():
     r = job.run
-    heldout.evaluations_due(step, r.config, r.model, job.state.params, r.steps.eval,
-                             job.datasets, r.mesh, job.writer, final,
-                             functools.partial(_stop_at_nonfinite, r.checkpointer))
+    return heldout.evaluations_due(step, r.config, r.model, job.state.params, r.steps.eval,
+                                   job.datasets, r.mesh, job.writer,
+                                   functools.partial(_stop_at_nonfinite, r.checkpointer))
 
 
 def _stop_at_nonfinite(ckpt: checkpoint.Checkpointer, step: int, what: str,

@@ -204,20 +204,20 @@ def _trained_result(sweep: Sweep, workdir: str, point: Point) -> dict[str, Any]:
     config.tokenizer.path = tokenizer_path(sweep, workdir, config)
   try:
     final = loop.train_and_evaluate(experiment.parse(config), run_dir)
-    result.update(status="ok", step=final.get("step"))
-    if final.get("bleu_signature"):  # sacrebleu's, for the report to print beside test/bleu
-      result["bleu_signature"] = final["bleu_signature"]
-    if final.get("stopped_by"):  # unfinished: recording it would end the point early
-      result.update(status="stopped", stopped_by=final["stopped_by"],
+    result.update(status="ok", step=final.step)
+    if final.bleu_signature:  # sacrebleu's, for the report to print beside test/bleu
+      result["bleu_signature"] = final.bleu_signature
+    if final.stopped_by:  # unfinished: recording it would end the point early
+      result.update(status="stopped", stopped_by=final.stopped_by,
                     seconds=time.perf_counter() - start)
       return result
   except NonFiniteLossError as e:  # a finding, not a crash; any other failure stops the sweep
     result.update(status="diverged", message=str(e))
-    final = {}
+    final = loop.Summary(step=0)  # no figures: the run stopped before its end
   series = _series(run_dir)
   metrics: dict[str, Any] = {}
   for split in ("train", "eval", "test", "decode"):  # decode: the eval split's BLEU
-    for k, v in final.get(split, {}).items():
+    for k, v in getattr(final, split).items():
       metrics[f"{split}/{k}"] = v
   diag = {k: v for k, v in series.items() if k.startswith("diagnostics/")}
   for k, values in diag.items():
