@@ -1,9 +1,9 @@
 """The contrasts docs/findings.md quotes beyond each sweep's own paired table: interactions,
 and arms of two sweeps whose runs read the same data (E1 and E2, T1 and T2: the same corpus,
 split rule and tokenizer, so a seed draws the same split in both; the build checks it). Each
-arm is at its own chosen rate in its own sweep. A contrast across model sizes (E5's widths, M9
-against M1 and M4, T2 against T1) names its terms of each size in `sizes`: one seed shares the
-data there but not the initial draws, so the page adds Welch's unpaired interval.
+arm is at its own chosen rate in its own sweep. A contrast across model sizes (E5's and W1's
+widths, M9 against M1 and M4, T2 against T1) names its terms of each size in `sizes`: one seed
+shares the data there but not the initial draws, so the page adds Welch's unpaired interval.
   python scripts/contrasts.py --config=configs/contrasts.py --out=docs/contrasts.md
 """
 
@@ -81,6 +81,29 @@ def get_contrasts() -> list[Contrast]:
               "at 64, 2 layers, 400 steps",
               plus=(("m9_width_256", "pe_down"), ("m1_lr_ceiling", "paper")),
               minus=(("m9_width_256", "paper"), ("m1_lr_ceiling", "pe_down"))),
+      # W1: only the width moves (4 layers, d_k 64, d_ff 4 d_model, 1200 steps each); the head
+      # count moves with it. Declared before its first point ran.
+      _across("W1: no scale's cost at d_model 128 minus at 64 (4 layers)",
+              plus=(("w1_d128", "no_scale"), ("w1_d64", "paper")),
+              minus=(("w1_d128", "paper"), ("w1_d64", "no_scale"))),
+      _across("W1: no scale's cost at d_model 256 minus at 128 (4 layers; 256: M9)",
+              plus=(("m9_width_256", "no_scale"), ("w1_d128", "paper")),
+              minus=(("m9_width_256", "paper"), ("w1_d128", "no_scale"))),
+      _across("W1: no scale's cost at d_model 256 minus at 64 (4 layers; 256: M9)",
+              plus=(("m9_width_256", "no_scale"), ("w1_d64", "paper")),
+              minus=(("m9_width_256", "paper"), ("w1_d64", "no_scale"))),
+      # At one token/PE ratio at init (0.177): d_model 64's no scale, the wider ratio_matched.
+      _across("W1: the cost at ratio 0.177, d_model 128 (ratio_matched) minus 64 (no scale)",
+              plus=(("w1_d128", "ratio_matched"), ("w1_d64", "paper")),
+              minus=(("w1_d128", "paper"), ("w1_d64", "no_scale"))),
+      _across("W1: the cost at ratio 0.177, d_model 256 (ratio_matched) minus 128 "
+              "(ratio_matched; 256: M9)",
+              plus=(("m9_width_256", "ratio_matched"), ("w1_d128", "paper")),
+              minus=(("m9_width_256", "paper"), ("w1_d128", "ratio_matched"))),
+      _across("W1: the cost at ratio 0.177, d_model 256 (ratio_matched) minus 64 (no scale; "
+              "256: M9)",
+              plus=(("m9_width_256", "ratio_matched"), ("w1_d64", "paper")),
+              minus=(("m9_width_256", "paper"), ("w1_d64", "no_scale"))),
       _across("T2 minus T1: convention (2)'s gap to the paper in test NLL",
               plus=(("t2_translate", "conv2"), ("t1_translate", "paper")),
               minus=(("t2_translate", "paper"), ("t1_translate", "conv2"))),

@@ -9,7 +9,7 @@ Each point is a row of its sweep's own paired table (`tuning.paired_differences`
 sweep reports, with the test set's sampling error where its runs stored their test rows; the
 intention-to-treat rows, failed runs counted, where the sweep fixes a failure rule), so the
 page says nothing its sweeps' results.md do not. A sweep whose arms have not chosen a rate
-yet (W1 while it runs) contributes the arms that have. `fill` writes the tables between the
+yet (a sweep still running) contributes the arms that have. `fill` writes the tables between the
 page's markers; `scripts/findings.py` is the one command.
 """
 
