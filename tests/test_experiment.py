@@ -99,7 +99,7 @@ def test_configs_build_their_models(name):
 @pytest.mark.parametrize("field, value, message", [
     ("log_every_steps", 0, "log_every_steps=0 must be an integer >= 1."),
     ("eval_every_steps", 0, "eval_every_steps=0 must be an integer >= 1."),
-    ("grad_accum_steps", 0, "grad_accum_steps must be an integer >= 1"),
+    ("grad_accum_steps", 0, "grad_accum_steps=0 must be an integer >= 1"),
     ("learning_rate", -1.0, "learning_rate must be a finite number > 0, got -1.0."),
     ("tokenizer.train_examples", 0, "tokenizer.train_examples=0 must be an integer >= 1."),
     ("bleu_every_steps", -5, "bleu_every_steps=-5 must be an integer >= 0 (0 = off)."),

@@ -182,7 +182,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   batch = {"inputs": tokens, "targets": tokens[:, ::-1].copy()}
   mesh = sharding.make_mesh(devices)
   from transformer.training import optimizers
-  tx = optimizers.make_optimizer(tiny_config)
+  tx = optimizers.make_optimizer(experiment.parse(tiny_config).optimization)
   abstract = jax.eval_shape(lambda: steps.init_state(model, tx, jax.random.PRNGKey(0), batch))
   abstract = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding.replicated(mesh)),

@@ -6,21 +6,18 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
 from flax import serialization
 
-from transformer.training import optimizer_settings, optimizers, run
+from transformer.training import experiment, fields, optimizer_settings, optimizers, run
 from transformer.training.optimizers import TrainState
 
 
-def _config(**overrides) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
-  config.update(schedule="constant", warmup_steps=0, learning_rate=0.1, num_train_steps=100)
-  config.update(overrides)
-  return config
+def _config(**overrides) -> fields.Optimization:
+  return fields.Optimization(**{**dict(schedule="constant", warmup_steps=0, learning_rate=0.1,
+                                       num_train_steps=100), **overrides})
 
 
 def _params():
@@ -75,21 +72,28 @@ def test_weight_decay_only_in_adamw():
 
 
 def test_defaults_are_the_papers_adam():
-  fields = optimizer_settings.default_optimizer_fields()
-  assert (fields["optimizer"], fields["adam_b1"], fields["adam_b2"], fields["adam_eps"]) == (
+  default = fields.Optimization()
+  assert (default.optimizer, default.adam_b1, default.adam_b2, default.adam_eps) == (
       "adam", 0.9, 0.98, 1e-9)
-  assert fields["schedule"] == "rsqrt" and fields["warmup_steps"] == 4000
-  assert all(v is not None for v in fields.values())
+  assert default.schedule == "rsqrt" and default.warmup_steps == 4000
+  assert default.learning_rate == optimizer_settings.paper_peak_learning_rate(512, 4000)
+  # No field is None, so each stays overridable as --config.FIELD=VALUE.
+  assert all(v is not None for v in dataclasses.asdict(default).values())
+  base = experiment.base_config()
+  assert {k: base[k] for k in dataclasses.asdict(default)} == dataclasses.asdict(default)
 
 
 def test_bad_config():
-  """Checked once, when the experiment is parsed (`experiment.validate` calls check_fields)."""
+  """Checked once, when the experiment is parsed (`experiment.validate` calls the section's
+  check, and its integer bounds)."""
   with pytest.raises(ValueError, match="adam, adamw, adafactor, sgd"):
-    optimizer_settings.check_fields(_config(optimizer="lion"))
-  with pytest.raises(ValueError, match="default_optimizer_fields"):
-    optimizer_settings.check_fields(ml_collections.ConfigDict({"optimizer": "adam"}))
-  with pytest.raises(ValueError, match="grad_accum_steps"):
-    optimizer_settings.check_fields(_config(grad_accum_steps=0))
+    _config(optimizer="lion").check()
+  with pytest.raises(ValueError, match="learning_rate must be a finite number > 0"):
+    _config(learning_rate=float("nan")).check()
+  config = experiment.base_config()
+  config.grad_accum_steps = 0
+  with pytest.raises(ValueError, match="grad_accum_steps=0 must be an integer >= 1"):
+    experiment.validate(config)
 
 
 def test_hidden_lr_scale_scales_only_the_blocks_weight_matrices():
@@ -117,7 +121,7 @@ def test_hidden_lr_scale_scales_only_the_blocks_weight_matrices():
   assert jax.tree.structure(optimizers.make_optimizer(_config(hidden_lr_scale=0.5)).init(
       params)) != jax.tree.structure(adam.init(params))
   with pytest.raises(ValueError, match="hidden_lr_scale must be a finite number > 0"):
-    optimizer_settings.check_fields(_config(hidden_lr_scale=0.0))
+    _config(hidden_lr_scale=0.0).check()
 
 
 def test_embed_learning_rate_gives_the_token_embedding_its_own_peak_rate():
@@ -142,7 +146,7 @@ def test_embed_learning_rate_gives_the_token_embedding_its_own_peak_rate():
                   moved["output_logits"]["kernel"]["kernel"]):
       np.testing.assert_allclose(other, 0.1, rtol=1e-5)
   with pytest.raises(ValueError, match="embed_learning_rate must be a finite number >= 0"):
-    optimizer_settings.check_fields(_config(embed_learning_rate=-1.0))
+    _config(embed_learning_rate=-1.0).check()
 
 
 @pytest.mark.parametrize("scan_layers", [False, True])
@@ -169,8 +173,8 @@ def test_the_hidden_mask_picks_the_blocks_kernels_of_a_real_model(scan_layers):
 def test_every_optimizer_and_schedule_takes_its_peak_rate_traced(name, schedule):
   """The train step builds the optimizer from its rate argument: every schedule and optimizer
   must trace with the peak a traced value, and give what the same peak as a constant gives."""
-  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
-  config.update(optimizer=name, schedule=schedule, warmup_steps=3, num_train_steps=10)
+  config = fields.Optimization(optimizer=name, schedule=schedule, warmup_steps=3,
+                               num_train_steps=10)
   params = {"w": jnp.ones((2, 3)), "b": jnp.ones((3,))}
   grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.full((3,), -0.25)}
 

@@ -1,17 +1,17 @@
 """Train and eval steps: SPMD over 8 devices equals 1 device; accumulation equals one big batch."""
 
+import dataclasses
 import functools
 import re
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
 from transformer.config import ModelConfig
 from transformer.models import DecoderOnly, Transformer
-from transformer.training import optimizer_settings, optimizers, sharding, steps
+from transformer.training import fields, optimizers, sharding, steps
 
 
 def _setup(model_cls=Transformer, **opt):
@@ -20,8 +20,7 @@ def _setup(model_cls=Transformer, **opt):
                     # The key bias has an exactly-zero true gradient (softmax ignores a constant
                     # shift), so Adam would turn reduction-order noise into +-lr updates of it.
                     use_bias=False)
-  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
-  config.update(learning_rate=1e-2, warmup_steps=2, **opt)
+  config = fields.Optimization(learning_rate=1e-2, warmup_steps=2, **opt)
   model = model_cls(cfg)
   tx, lr_fn = optimizers.at_peak(config, config.learning_rate)
   return model, tx, lr_fn
@@ -253,8 +252,7 @@ def test_the_learning_rate_is_an_input_of_the_compiled_step(devices):
   rate is the step of an optimizer built with that rate as a constant, to float rounding
   (XLA folds a constant rate into its neighbours: the last bit may differ)."""
   model, tx, _ = _setup()
-  config = ml_collections.ConfigDict(optimizer_settings.default_optimizer_fields())
-  config.update(learning_rate=1e-2, warmup_steps=2)
+  config = fields.Optimization(learning_rate=1e-2, warmup_steps=2)
   batch = {k: jnp.asarray(v) for k, v in _batches(1)[0].items()}
   state = steps.init_state(model, tx, jax.random.PRNGKey(0), batch)
   step = jax.jit(steps.make_train_step(model, functools.partial(optimizers.at_peak, config)))
@@ -262,8 +260,7 @@ def test_the_learning_rate_is_an_input_of_the_compiled_step(devices):
   texts = {step.lower(state, batch, rng, np.float32(r)).as_text() for r in (1e-2, 3e-2)}
   assert len(texts) == 1
   for rate in (1e-2, 3e-2):
-    constant = config.copy_and_resolve_references()
-    constant.learning_rate = rate
+    constant = dataclasses.replace(config, learning_rate=rate)
     tx_c, lr_c = optimizers.at_peak(constant, constant.learning_rate)  # rate a Python float
     want, want_m = jax.jit(steps.make_train_step(model, _fixed(tx_c, lr_c)))(state, batch, rng, LR)
     got, got_m = step(state, batch, rng, np.float32(rate))

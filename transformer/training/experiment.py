@@ -19,7 +19,7 @@ import os
 import traceback
 import types
 import typing
-from typing import Any, Optional
+from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
@@ -30,7 +30,7 @@ from transformer.data import settings
 from transformer.errors import (ConfigError, MissingFileError, TrainingError, UserError,
                                one_line)
 from transformer.token_ids import NUM_RESERVED
-from transformer.training import fields, optimizer_settings
+from transformer.training import fields
 
 
 
@@ -188,22 +188,6 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelCon
   return ModelConfig.from_recipe(config.model.recipe, **given)
 
 
-def profile_window(config: ml_collections.ConfigDict) -> Optional[tuple[int, int]]:
-  """(START, COUNT) of config.profile_steps, None when off; a ConfigError for a malformed one."""
-  text = config.profile_steps.strip()
-  if not text:
-    return None
-  parts = text.split(",")
-  try:
-    start, count = (int(p) for p in parts) if len(parts) == 2 else (None, None)
-  except ValueError:
-    start = count = None
-  if start is None or start < 0 or count < 1:
-    raise ConfigError(f"profile_steps={text!r} must be 'START,COUNT' with START >= 0 and "
-                      "COUNT >= 1, e.g. '10,5' (steps 11 to 15).")
-  return start, count
-
-
 def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
   """Checks every setting that needs no data: a mistake ends a run before it writes anything.
   Returns (the ModelConfig, where its vocabulary size came from): the vocabulary the config's
@@ -226,27 +210,15 @@ def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
     raise ConfigError(f"model.vocab_size={vocab_size} leaves no room for tokens beside the "
                       f"{NUM_RESERVED} reserved ids (pad, eos, unk); leave it unset to use the "
                       "dataset's vocabulary.")
-  keep = config.keep_checkpoints
-  if keep is not None and (not isinstance(keep, int) or keep < 1):
-    raise ConfigError(f"keep_checkpoints={keep!r} would keep no usable checkpoint; pass an "
-                      "integer >= 1 (the newest N are kept), or None to keep every one.")
   test_fraction = config.test_fraction
   if not 0.0 <= test_fraction < 1.0:
     raise ConfigError(f"test_fraction={test_fraction} must be in [0, 1); e.g. 0.02, or 0 for no "
                       "test split.")
-  if not 0.0 <= config.label_smoothing < 1.0:
-    raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1).")
-  if config.z_loss < 0:
-    raise ConfigError(f"z_loss={config.z_loss} must be >= 0.")
   _check_kind(config)
-  fsdp = config.fsdp
-  if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
-    raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
-                      "(1 = all-data).")
   check_paths_reachable(config)
   settings.check_data_config(config)  # before any data is prepared or tokenizer trained
-  profile_window(config)
-  optimizer_settings.check_fields(config)  # the optimizer fields and the schedule
+  for section in (fields.Optimization, fields.Loss, fields.Loop):  # each checks itself
+    fields.build(section, config).check()
   vocab_size, vocab_from = settings.planned_vocab_size(config)
   model = model_config(config, vocab_size)  # the model's own checks
   if model.dtype == "float16":

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from transformer.data import settings, synthetic, text
+from transformer.errors import ConfigError
 from transformer.training import optimizer_settings
 
 
@@ -100,28 +102,48 @@ class Data:
   split_seed: Optional[int] = declare(None, Role.SOURCE, unset=int)
 
 
-_OPTIMIZER = optimizer_settings.default_optimizer_fields()
+def _finite_number(name: str, value: Any, zero_allowed: bool, off: str = "") -> None:
+  """One line for a rate or scale that is not a finite number > 0 (>= 0 if zero_allowed)."""
+  ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        and (value >= 0 if zero_allowed else value > 0))
+  if not ok:
+    raise ConfigError(f"{name} must be a finite number {'>= 0' if zero_allowed else '> 0'}{off}, "
+                      f"got {value!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
 class Optimization:
-  """The optimizer and its schedule (training.optimizer_settings says what each field does)."""
-  optimizer: str = declare(_OPTIMIZER["optimizer"], Role.COMPUTES)
-  learning_rate: float = declare(_OPTIMIZER["learning_rate"], Role.COMPUTES)
-  schedule: str = declare(_OPTIMIZER["schedule"], Role.COMPUTES)
-  warmup_steps: int = declare(_OPTIMIZER["warmup_steps"], Role.COMPUTES, at_least=0)
+  """The optimizer and its schedule (training.optimizer_settings says what each field does);
+  the defaults are the paper's (Adam 0.9/0.98/1e-9, rsqrt, 4000 warmup)."""
+  optimizer: str = declare("adam", Role.COMPUTES)
+  learning_rate: float = declare(  # 6.99e-4: the base model's peak
+      optimizer_settings.paper_peak_learning_rate(512, 4000), Role.COMPUTES)
+  schedule: str = declare("rsqrt", Role.COMPUTES)
+  warmup_steps: int = declare(4000, Role.COMPUTES, at_least=0)
   # Resumable, but for a schedule that decays over it (workdir_checks.training_changes).
-  num_train_steps: int = declare(_OPTIMIZER["num_train_steps"], Role.RESUMABLE, at_least=1)
-  weight_decay: float = declare(_OPTIMIZER["weight_decay"], Role.COMPUTES)
-  adam_b1: float = declare(_OPTIMIZER["adam_b1"], Role.COMPUTES)
-  adam_b2: float = declare(_OPTIMIZER["adam_b2"], Role.COMPUTES)
-  adam_eps: float = declare(_OPTIMIZER["adam_eps"], Role.COMPUTES)
-  momentum: float = declare(_OPTIMIZER["momentum"], Role.COMPUTES)
-  grad_clip_norm: float = declare(_OPTIMIZER["grad_clip_norm"], Role.COMPUTES)
+  num_train_steps: int = declare(100_000, Role.RESUMABLE, at_least=1)
+  weight_decay: float = declare(0.1, Role.COMPUTES)
+  adam_b1: float = declare(0.9, Role.COMPUTES)
+  adam_b2: float = declare(0.98, Role.COMPUTES)
+  adam_eps: float = declare(1e-9, Role.COMPUTES)
+  momentum: float = declare(0.9, Role.COMPUTES)
+  grad_clip_norm: float = declare(0.0, Role.COMPUTES)
   # The same update, in micro-batches: a layout.
-  grad_accum_steps: int = declare(_OPTIMIZER["grad_accum_steps"], Role.RESUMABLE)
-  hidden_lr_scale: float = declare(_OPTIMIZER["hidden_lr_scale"], Role.COMPUTES)
-  embed_learning_rate: float = declare(_OPTIMIZER["embed_learning_rate"], Role.COMPUTES)
+  grad_accum_steps: int = declare(1, Role.RESUMABLE, at_least=1)
+  hidden_lr_scale: float = declare(1.0, Role.COMPUTES)
+  embed_learning_rate: float = declare(0.0, Role.COMPUTES)
+
+  def check(self) -> None:
+    """One line for an impossible optimizer or schedule field."""
+    if self.optimizer not in optimizer_settings.OPTIMIZERS:
+      raise ConfigError(f"Unknown optimizer {self.optimizer!r}; use one of "
+                        f"{', '.join(optimizer_settings.OPTIMIZERS)}.")
+    _finite_number("learning_rate", self.learning_rate, zero_allowed=False)
+    _finite_number("hidden_lr_scale", self.hidden_lr_scale, zero_allowed=False, off=" (1 = off)")
+    _finite_number("embed_learning_rate", self.embed_learning_rate, zero_allowed=True,
+                   off=" (0 = off)")
+    _finite_number("grad_clip_norm", self.grad_clip_norm, zero_allowed=True, off=" (0 = off)")
+    optimizer_settings.check_schedule(self.schedule, self.warmup_steps, self.num_train_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +153,12 @@ class Loss:
   z_loss: float = declare(0.0, Role.COMPUTES)
   # > 0: score the logits this many positions at a time (large vocabularies): the same loss.
   loss_chunk_size: int = declare(0, Role.RESUMABLE, at_least=0)
+
+  def check(self) -> None:
+    if not 0.0 <= self.label_smoothing < 1.0:
+      raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1).")
+    if self.z_loss < 0:
+      raise ConfigError(f"z_loss={self.z_loss} must be >= 0.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +184,32 @@ class Loop:
   # batch, tokenizer or process count), its data read from the start.
   allow_data_change: bool = declare(False, Role.RESUMABLE)
   allow_config_change: bool = declare(False, Role.RESUMABLE)  # other settings (recorded)
+
+  def check(self) -> None:
+    keep = self.keep_checkpoints
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+      raise ConfigError(f"keep_checkpoints={keep!r} would keep no usable checkpoint; pass an "
+                        "integer >= 1 (the newest N are kept), or None to keep every one.")
+    fsdp = self.fsdp
+    if isinstance(fsdp, bool) or not isinstance(fsdp, int) or not (fsdp == -1 or fsdp >= 1):
+      raise ConfigError(f"fsdp={fsdp!r} must be -1 (every device) or an integer >= 1 "
+                        "(1 = all-data).")
+    self.profile_window()
+
+  def profile_window(self) -> Optional[tuple[int, int]]:
+    """(START, COUNT) of profile_steps, None when off; a ConfigError for a malformed one."""
+    text = self.profile_steps.strip()
+    if not text:
+      return None
+    parts = text.split(",")
+    try:
+      start, count = (int(p) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+      start = count = None
+    if start is None or start < 0 or count < 1:
+      raise ConfigError(f"profile_steps={text!r} must be 'START,COUNT' with START >= 0 and "
+                        "COUNT >= 1, e.g. '10,5' (steps 11 to 15).")
+    return start, count
 
 
 # The sections of an experiment config, in the order base_config lays them out; a config's

@@ -11,7 +11,6 @@ from typing import Any, Callable, Optional
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
@@ -20,13 +19,14 @@ from transformer.data import pipeline
 from transformer.inference import bleu
 from transformer.inference.decode_config import DecodeConfig
 from transformer.training import sharding, steps, writers
+from transformer.training.experiment import Experiment
 
 # The splits training's evaluations write; at a resumed step they are run again, so their
 # records there are dropped first.
 EVAL_SPLITS = ("eval", "test", "decode")
 
 
-def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Module,
+def evaluations_due(step: int, exp: Experiment, model: nn.Module,
                     params: Any, eval_step: Any, datasets: pipeline.Datasets,
                     mesh: jax.sharding.Mesh, writer: writers.MetricWriter,
                     on_nonfinite: Callable[[int, str, float], None] = lambda *_: None
@@ -37,9 +37,9 @@ def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Modu
   A split whose loss is not finite calls `on_nonfinite(step, split, loss)` once it is written,
   before anything is decoded (the loop's raises)."""
   final: dict[str, Any] = {}
-  is_last = step == config.num_train_steps
+  loop, is_last = exp.loop, step == exp.optimization.num_train_steps
   for split, due, batches in (
-      ("eval", step % config.eval_every_steps == 0 or is_last, datasets.eval_batches),
+      ("eval", step % loop.eval_every_steps == 0 or is_last, datasets.eval_batches),
       ("test", is_last and datasets.test_batches() is not None, datasets.test_batches)):
     if due:  # the test split is scored once, at the end
       final[split] = steps.split_metrics(eval_step, params, batches(), mesh)
@@ -47,10 +47,10 @@ def evaluations_due(step: int, config: ml_collections.ConfigDict, model: nn.Modu
       logging.info("step %d %s %s", step, split, final[split])
       if not math.isfinite(final[split]["loss"]):
         on_nonfinite(step, split, final[split]["loss"])
-  if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or is_last):
+  if loop.bleu_every_steps and (step % loop.bleu_every_steps == 0 or is_last):
     decoded = decode_eval_split(model, params, datasets, mesh)
     final["decode"] = decoded.metrics()
-    examples = decoded.examples_markdown(config.num_decode_examples)
+    examples = decoded.examples_markdown(loop.num_decode_examples)
     writer.write(step, "decode", final["decode"])
     writer.write_text(step, "decode/examples", examples)
     logging.info("step %d decode %s\n%s", step, final["decode"], examples)

@@ -20,7 +20,6 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from absl import logging
 from tqdm import tqdm
 
@@ -32,8 +31,9 @@ from transformer.training import (experiment, heldout, run, sharding, stop_signa
 from transformer.training.failure_rule import FailureRule, layer_grad_norms
 from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
 
-def _get_datasets(config: ml_collections.ConfigDict, workdir: str) -> pipeline.Datasets:
+def _get_datasets(exp: experiment.Experiment, workdir: str) -> pipeline.Datasets:
   """Process 0 prepares the data (and tokenizer) first; the others then read what it wrote."""
+  config = exp.config  # the data layer reads the config's data fields (data.settings)
   if jax.process_count() == 1:
     return pipeline.get_datasets(config, workdir=workdir)
   from jax.experimental import multihost_utils
@@ -105,7 +105,7 @@ def train_and_evaluate(exp: experiment.Experiment, workdir: str,
       # The workdir is checked before data preparation (which may train a tokenizer or
       # build a TFDS dataset).
       data_changed = _check_resume(exp, workdir)
-      datasets = _get_datasets(exp.config, workdir)
+      datasets = _get_datasets(exp, workdir)
       experiment.check_data_vocab(exp, datasets.vocab_size)
       with stop_signals.StopSignals() as signals:
         return _train(exp, workdir, datasets, mesh, data_changed, signals)
@@ -163,8 +163,8 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   train_iter = datasets.train_iter()
   r = run.restored(exp, workdir, mesh, data_iter=None if data_changed else train_iter)
   resolved["summary"] = model_summary.summarize(r.model.parameter_groups(r.state.params),
-                                                models.row_flops(r.model, config.max_len),
-                                                config.max_len)
+                                                models.row_flops(r.model, exp.data.max_len),
+                                                exp.data.max_len)
   primary = jax.process_index() == 0
   if primary:
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
@@ -181,11 +181,11 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
                         rerun_splits=heldout.EVAL_SPLITS)
   diagnostics_batches = [
       sharding.global_batch(b, r.mesh)
-      for b in itertools.islice(datasets.eval_batches(), config.diagnostics_batches)
-  ] if config.diagnostics_every_steps else []
+      for b in itertools.islice(datasets.eval_batches(), exp.loop.diagnostics_batches)
+  ] if exp.loop.diagnostics_every_steps else []
   counts = diagnostics.TokenCounts(exp.model.target_vocab_size or exp.model.vocab_size)
   return _Training(dataclasses.replace(r, state=None), r.state, workdir, datasets, writer,
-                   train_iter, run.rngs(config)[1], resolved, primary, diagnostics_batches,
+                   train_iter, run.rngs(exp)[1], resolved, primary, diagnostics_batches,
                    counts)
 
 
@@ -193,13 +193,13 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
            mesh: jax.sharding.Mesh, data_changed: bool,
            signals: stop_signals.StopSignals) -> Summary:
   job = _setup(exp, workdir, datasets, mesh, data_changed)
-  config = job.run.config
-  num_steps = config.num_train_steps
+  exp = job.run.experiment
+  num_steps = exp.optimization.num_train_steps
   latest: dict[str, Any] = {}  # the newest of each kind of figure (Summary's fields)
   window = MetricWindow(functools.partial(_stop_at_nonfinite, job.run.checkpointer))
   bar = tqdm(total=num_steps, initial=job.run.start_step, disable=not job.primary, unit="step",
              dynamic_ncols=True, desc="train")
-  profile = _Profile(experiment.profile_window(config), storage.join(workdir, PROFILE_DIR),
+  profile = _Profile(exp.loop.profile_window(), storage.join(workdir, PROFILE_DIR),
                      job.primary)
   step, failed = job.run.start_step, True
   with _logs_above_the_bar():
@@ -239,18 +239,18 @@ def _train(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
       getattr(job.train_iter, "close", lambda: None)()  # its prefetch thread
       _close(job.run.checkpointer, job.writer, failed)
     if job.primary and step == num_steps:  # read off what the run wrote, as a sweep's rule is
-      latest["failure"] = _failure(workdir, config)
+      latest["failure"] = _failure(workdir, exp.optimization.warmup_steps)
       if latest["failure"]:
         logging.warning("The run finished but failed by the default failure rule: %s.",
                         latest["failure"])
     return Summary(step, **latest)
 
 
-def _failure(workdir: str, config: ml_collections.ConfigDict) -> Optional[str]:
+def _failure(workdir: str, warmup_steps: int) -> Optional[str]:
   """Why the finished run failed by the default FailureRule (stalled, a dead layer), or None."""
   losses = {r["step"]: r["loss"] for r in read_metrics(workdir, "train")}
   last = (read_metrics(workdir, "diagnostics") or [{}])[-1]
-  return FailureRule().judge(losses, layer_grad_norms(last), warmup_steps=config.warmup_steps)
+  return FailureRule().judge(losses, layer_grad_norms(last), warmup_steps=warmup_steps)
 
 
 @contextlib.contextmanager
@@ -281,7 +281,7 @@ def _train_step(job: _Training, step: int) -> tuple[dict[str, jax.Array], float]
   host_batch = next(job.train_iter)
   waited = time.perf_counter() - began
   batch = sharding.global_batch(host_batch, job.run.mesh)
-  every = job.run.config.diagnostics_every_steps
+  every = job.run.experiment.loop.diagnostics_every_steps
   diagnose = every and (step + 1) % every == 0
   if every:
     job.counts.add(host_batch)
@@ -303,9 +303,10 @@ def _log_and_save(job: _Training, step: int, window: MetricWindow,
   """The log line and the checkpoint due at `step` (a checkpoint also checks the window's
   losses: none is saved past a non-finite one); returns the window's training metrics where
   it logged them."""
-  config, is_last = job.run.config, step == job.run.config.num_train_steps
-  log = step % config.log_every_steps == 0 or is_last
-  save = step % config.checkpoint_every_steps == 0 or is_last
+  exp = job.run.experiment
+  is_last = step == exp.optimization.num_train_steps
+  log = step % exp.loop.log_every_steps == 0 or is_last
+  save = step % exp.loop.checkpoint_every_steps == 0 or is_last
   summary = None
   if log:
     first = window.first_step(step)
@@ -327,7 +328,7 @@ def _heldout_scores(job: _Training, step: int, window: MetricWindow) -> dict[str
   their figures (`heldout.evaluations_due`)."""
   with window.paused():
     r = job.run
-    return heldout.evaluations_due(step, r.config, r.model, job.state.params, r.steps.eval,
+    return heldout.evaluations_due(step, r.experiment, r.model, job.state.params, r.steps.eval,
                                    job.datasets, r.mesh, job.writer,
                                    functools.partial(_stop_at_nonfinite, r.checkpointer))
 

@@ -1,6 +1,6 @@
-"""The optimizer and schedule fields of an experiment config: their defaults and their checks,
-importing no jax (the config is checked before jax starts). `optimizers` builds the
-schedule and the optimizer from them.
+"""What the optimizer and schedule fields of an experiment mean and may be, importing no jax
+(the config is checked before jax starts). Their defaults and checks are
+`training.fields.Optimization`'s; `optimizers` builds the schedule and the optimizer from it.
 
 Fields:
   optimizer        'adam' (the paper), 'adamw', 'adafactor', 'sgd' (with momentum)
@@ -28,11 +28,6 @@ batch_size, whatever grad_accum_steps is (it only trades memory for time).
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import ml_collections
-
 from transformer.errors import ConfigError
 
 OPTIMIZERS = ("adam", "adamw", "adafactor", "sgd")
@@ -51,30 +46,6 @@ def paper_peak_learning_rate(d_model: int, warmup_steps: int) -> float:
   return d_model**-0.5 * warmup_steps**-0.5
 
 
-def default_optimizer_fields() -> dict[str, Any]:
-  """The optimizer fields with the paper's defaults (Adam 0.9/0.98/1e-9, rsqrt, 4000 warmup).
-
-  Use in configs/*.py: `config.update(default_optimizer_fields())`, then override. No field is
-  None, so each stays overridable as --config.FIELD=VALUE.
-  """
-  return dict(
-      optimizer="adam",
-      learning_rate=paper_peak_learning_rate(512, 4000),  # 6.99e-4, base model.
-      schedule="rsqrt",
-      warmup_steps=4000,
-      num_train_steps=100_000,
-      weight_decay=0.1,
-      adam_b1=0.9,
-      adam_b2=0.98,
-      adam_eps=1e-9,
-      momentum=0.9,
-      grad_clip_norm=0.0,
-      grad_accum_steps=1,
-      hidden_lr_scale=1.0,
-      embed_learning_rate=0.0,
-  )
-
-
 def check_schedule(name: str, warmup_steps: int, total_steps: int) -> None:
   """One line for a schedule its fields cannot make."""
   if name not in SCHEDULES:
@@ -87,32 +58,3 @@ def check_schedule(name: str, warmup_steps: int, total_steps: int) -> None:
     raise ConfigError(
         f"The {name!r} schedule needs total_steps >= warmup_steps, got {total_steps} < "
         f"{warmup_steps}.")
-
-
-def check_fields(config: ml_collections.ConfigDict) -> None:
-  """One line for a missing or impossible optimizer or schedule field."""
-  missing = [k for k in default_optimizer_fields() if k not in config]
-  if missing:
-    raise ConfigError(
-        f"The config lacks optimizer field(s) {', '.join(missing)}; add them with "
-        "config.update(transformer.training.optimizer_settings.default_optimizer_fields()).")
-  if config.optimizer not in OPTIMIZERS:
-    raise ConfigError(
-        f"Unknown optimizer {config.optimizer!r}; use one of {', '.join(OPTIMIZERS)}.")
-  if not (isinstance(config.grad_accum_steps, int) and config.grad_accum_steps >= 1):
-    raise ConfigError(
-        f"grad_accum_steps must be an integer >= 1 (1 = off), got {config.grad_accum_steps!r}.")
-  if not (isinstance(config.learning_rate, (int, float)) and math.isfinite(config.learning_rate)
-          and config.learning_rate > 0):
-    raise ConfigError(f"learning_rate must be a finite number > 0, got {config.learning_rate!r}.")
-  if not (isinstance(config.hidden_lr_scale, (int, float))
-          and math.isfinite(config.hidden_lr_scale) and config.hidden_lr_scale > 0):
-    raise ConfigError(f"hidden_lr_scale must be a finite number > 0 (1 = off), got "
-                      f"{config.hidden_lr_scale!r}.")
-  if not (isinstance(config.embed_learning_rate, (int, float))
-          and math.isfinite(config.embed_learning_rate) and config.embed_learning_rate >= 0):
-    raise ConfigError(f"embed_learning_rate must be a finite number >= 0 (0 = off), got "
-                      f"{config.embed_learning_rate!r}.")
-  if config.grad_clip_norm is not None and config.grad_clip_norm < 0:
-    raise ConfigError(f"grad_clip_norm must be >= 0 (0 = off), got {config.grad_clip_norm}.")
-  check_schedule(config.schedule, config.warmup_steps, config.num_train_steps)

@@ -1,7 +1,7 @@
 """What training updates and how: the train state, the learning-rate schedules and the
 optimizer built from an experiment config (gradient clipping, then the optimizer).
 
-The fields, their defaults and their checks: `optimizer_settings` (which imports no jax, so
+The fields, their defaults and their checks: `fields.Optimization` (which imports no jax, so
 the config is checked before jax starts; nothing here checks them again).
 
 Schedules take `learning_rate` as their peak. Steps: optax calls a schedule with the number
@@ -16,8 +16,9 @@ from typing import Any, Optional, Union
 import flax
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
+
+from transformer.training.fields import Optimization
 
 
 @flax.struct.dataclass
@@ -69,17 +70,17 @@ def make_schedule(
 OptimizerAtPeak = tuple[optax.GradientTransformation, optax.Schedule]
 
 
-def learning_rate_fn(config: ml_collections.ConfigDict,
+def learning_rate_fn(optimization: Optimization,
                      peak: Optional[Union[float, jax.Array]] = None) -> optax.Schedule:
   """The schedule of an experiment (its optimizer fields checked when it was parsed):
   optimizer updates made so far -> the learning rate of the next update (what the optimizer
-  steps with and training logs). `peak` stands for config.learning_rate where given (a traced
+  steps with and training logs). `peak` stands for optimization.learning_rate where given (a traced
   scalar in the train step)."""
   return make_schedule(
-      config.schedule,
-      learning_rate=config.learning_rate if peak is None else peak,
-      warmup_steps=config.warmup_steps,
-      total_steps=config.num_train_steps)
+      optimization.schedule,
+      learning_rate=optimization.learning_rate if peak is None else peak,
+      warmup_steps=optimization.warmup_steps,
+      total_steps=optimization.num_train_steps)
 
 
 def _decay_mask(params: Any) -> Any:
@@ -103,21 +104,21 @@ def _embedding_mask(params: Any) -> Any:
       params)
 
 
-def at_peak(config: ml_collections.ConfigDict, peak: Union[float, jax.Array]) -> OptimizerAtPeak:
-  """(optimizer, schedule) of `config` with the peak learning rate `peak`. The train step
+def at_peak(optimization: Optimization, peak: Union[float, jax.Array]) -> OptimizerAtPeak:
+  """(optimizer, schedule) of `optimization` with the peak learning rate `peak`. The train step
   builds them from its learning-rate argument, so that the rate is an input of the compiled
   program, not a constant in it: the points of a sweep that differ only in their rate (or
   seed) run one compiled step. The optimizer state does not depend on the peak."""
-  schedule = learning_rate_fn(config, peak)
-  return make_optimizer(config, schedule, peak), schedule
+  schedule = learning_rate_fn(optimization, peak)
+  return make_optimizer(optimization, schedule, peak), schedule
 
 
-def make_optimizer(config: ml_collections.ConfigDict,
+def make_optimizer(optimization: Optimization,
                    schedule: Optional[optax.Schedule] = None,
                    peak: Optional[Union[float, jax.Array]] = None) -> optax.GradientTransformation:
-  """The optimizer for `config` (fields in the module docstring), on `schedule` when the
+  """The optimizer for `optimization` (fields in the module docstring), on `schedule` when the
   caller has built it (`learning_rate_fn`: one schedule for the updates and the logs), whose
-  peak is `peak` (default config.learning_rate).
+  peak is `peak` (default optimization.learning_rate).
 
   Order: [clip_by_global_norm] -> optimizer -> [hidden_lr_scale on the blocks' kernels] ->
   [embed_learning_rate / peak on the token embedding]. Gradient accumulation happens before,
@@ -126,26 +127,28 @@ def make_optimizer(config: ml_collections.ConfigDict,
   (and every checkpoint of it) is what it was without the fields. Scaling Adam's update by c
   is its rate times c, so the embedding follows the schedule's shape at its own peak.
   """
-  lr = learning_rate_fn(config) if schedule is None else schedule
-  name = config.optimizer
+  lr = learning_rate_fn(optimization) if schedule is None else schedule
+  name = optimization.optimizer
   if name == "adam":
-    opt = optax.adam(lr, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps)
+    opt = optax.adam(lr, b1=optimization.adam_b1, b2=optimization.adam_b2,
+                     eps=optimization.adam_eps)
   elif name == "adamw":
     opt = optax.adamw(
-        lr, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps,
-        weight_decay=config.weight_decay, mask=_decay_mask)
+        lr, b1=optimization.adam_b1, b2=optimization.adam_b2, eps=optimization.adam_eps,
+        weight_decay=optimization.weight_decay, mask=_decay_mask)
   elif name == "adafactor":
     # optax defaults (factored second moments, update clipping 1.0, relative step size:
     # updates are scaled by the parameter RMS, so useful rates are larger, e.g. 1e-2).
     opt = optax.adafactor(lr)
   else:
-    opt = optax.sgd(lr, momentum=config.momentum or None)
+    opt = optax.sgd(lr, momentum=optimization.momentum or None)
 
-  if config.hidden_lr_scale != 1:
-    opt = optax.chain(opt, optax.masked(optax.scale(config.hidden_lr_scale), _hidden_mask))
-  if config.embed_learning_rate:
-    ratio = config.embed_learning_rate / (config.learning_rate if peak is None else peak)
+  if optimization.hidden_lr_scale != 1:
+    opt = optax.chain(opt, optax.masked(optax.scale(optimization.hidden_lr_scale), _hidden_mask))
+  if optimization.embed_learning_rate:
+    peak = optimization.learning_rate if peak is None else peak
+    ratio = optimization.embed_learning_rate / peak
     opt = optax.chain(opt, optax.masked(optax.scale(ratio), _embedding_mask))
-  if config.grad_clip_norm:
-    opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
+  if optimization.grad_clip_norm:
+    opt = optax.chain(optax.clip_by_global_norm(optimization.grad_clip_norm), opt)
   return opt

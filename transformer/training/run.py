@@ -22,7 +22,6 @@ import dataclasses
 from typing import Any, Optional, Sequence
 
 import jax
-import ml_collections
 import numpy as np
 
 from transformer import checkpoint, models
@@ -68,20 +67,20 @@ def random_model(model_type: str, model_config: ModelConfig,
 def step_flops(exp: experiment.Experiment) -> float:
   """Analytic train FLOPs of one step of an experiment (model_summary's formula: 3 x the
   forward pass of batch_size rows of max_len), from its config alone."""
-  model = build_model(exp.config.model_type, exp.model)
-  return train_flops(models.row_flops(model, exp.config.max_len), exp.config.batch_size)
+  model = build_model(exp.data.model_type, exp.model)
+  return train_flops(models.row_flops(model, exp.data.max_len), exp.data.batch_size)
 
 
-def rngs(config: ml_collections.ConfigDict) -> tuple[jax.Array, jax.Array]:
+def rngs(exp: experiment.Experiment) -> tuple[jax.Array, jax.Array]:
   """(init key, training key) of an experiment: both from its seed."""
-  init_rng, train_rng = jax.random.split(jax.random.PRNGKey(config.seed))
+  init_rng, train_rng = jax.random.split(jax.random.PRNGKey(exp.data.seed))
   return init_rng, train_rng
 
 
 def _built(exp: experiment.Experiment, mesh: jax.sharding.Mesh
            ) -> tuple[models.ModelKind, steps.Steps]:
-  model = build_model(exp.config.model_type, exp.model)
-  return model, steps.build_steps(exp.config, model, mesh)
+  model = build_model(exp.data.model_type, exp.model)
+  return model, steps.build_steps(exp, model, mesh)
 
 
 def fresh(exp: experiment.Experiment, mesh: Optional[jax.sharding.Mesh] = None) -> Run:
@@ -89,7 +88,7 @@ def fresh(exp: experiment.Experiment, mesh: Optional[jax.sharding.Mesh] = None) 
   with a fresh state drawn from its seed."""
   mesh = device_mesh(exp) if mesh is None else mesh
   model, built = _built(exp, mesh)
-  return Run(exp, model, mesh, built, built.init(rngs(exp.config)[0]))
+  return Run(exp, model, mesh, built, built.init(rngs(exp)[0]))
 
 
 def restored(exp: experiment.Experiment, workdir: str,
@@ -100,16 +99,15 @@ def restored(exp: experiment.Experiment, workdir: str,
   no fresh state is drawn to read them off, so a resume holds one state, not two."""
   mesh = device_mesh(exp) if mesh is None else mesh
   run = abstract(exp, mesh)
-  config = exp.config
-  ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints,
-                                 async_save=config.async_checkpoints)
+  ckpt = checkpoint.Checkpointer(workdir, keep=exp.loop.keep_checkpoints,
+                                 async_save=exp.loop.async_checkpoints)
   try:
     found = ckpt.restore(run.state, data_iter=data_iter)
   except checkpoint.IncompatibleCheckpointError as e:
     raise TrainingError(f"The checkpoints in {workdir} do not fit this model ({e}); use a new "
                         "--workdir.") from None
   if found is None:  # drawn only now: the state a fresh run starts from
-    return dataclasses.replace(run, state=run.steps.init(rngs(config)[0]), checkpointer=ckpt)
+    return dataclasses.replace(run, state=run.steps.init(rngs(exp)[0]), checkpointer=ckpt)
   state, step = found
   return dataclasses.replace(run, state=state, start_step=step, from_checkpoint=True,
                              checkpointer=ckpt)
@@ -122,7 +120,7 @@ def abstract(exp: experiment.Experiment, mesh: jax.sharding.Mesh) -> Run:
   model, built = _built(exp, mesh)
   shapes = jax.tree_util.tree_map(
       lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      jax.eval_shape(built.init, rngs(exp.config)[0]), built.state_shardings)
+      jax.eval_shape(built.init, rngs(exp)[0]), built.state_shardings)
   return Run(exp, model, mesh, built, shapes)
 
 
@@ -145,21 +143,22 @@ def device_mesh(exp: experiment.Experiment, devices: Optional[Sequence[Any]] = N
   over them and into grad_accum_steps micro-batches that split over them too, an explicit
   attention kernel runs on their platform for the rows' shapes (`attention.step_kernel`), and
   a chunked loss is not asked of a GPU. The loop asks before any workdir or data exists."""
-  config = exp.config
+  data, loop = exp.data, exp.loop
+  accum, chunk = exp.optimization.grad_accum_steps, exp.loss.loss_chunk_size
   devices = jax.devices() if devices is None else devices
   n = len(devices)
-  sharding.fsdp_axis(config.fsdp, n)
-  sharding.check_batch_size(config.batch_size, n)
-  if config.batch_size % (config.grad_accum_steps * n):
-    raise ConfigError(f"batch_size={config.batch_size} must split into grad_accum_steps="
-                      f"{config.grad_accum_steps} micro-batches, each divisible by the "
+  sharding.fsdp_axis(loop.fsdp, n)
+  sharding.check_batch_size(data.batch_size, n)
+  if data.batch_size % (accum * n):
+    raise ConfigError(f"batch_size={data.batch_size} must split into grad_accum_steps="
+                      f"{accum} micro-batches, each divisible by the "
                       f"{n} devices.")
-  if config.loss_chunk_size and devices[0].platform in ("gpu", "cuda"):
+  if chunk and devices[0].platform in ("gpu", "cuda"):
     raise ConfigError(
-        f"loss_chunk_size={config.loss_chunk_size} makes a GPU step larger and slower, not "
+        f"loss_chunk_size={chunk} makes a GPU step larger and slower, not "
         "smaller: each chunk casts the output embedding again and accumulates its own float32 "
-        "gradient of it (docs/speed.md); set --config.loss_chunk_size=0 on GPUs.")
-  mesh = sharding.make_mesh(devices, config.fsdp)
+        "gradient of it (docs/speed.md); set --chunk=0 on GPUs.")
+  mesh = sharding.make_mesh(devices, loop.fsdp)
   with jax.set_mesh(mesh):  # their platform, attached or not
-    step_kernel(exp.model, config.max_len)
+    step_kernel(exp.model, data.max_len)
   return mesh

@@ -18,13 +18,13 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from transformer import models
 from transformer.training import losses, optimizers, sharding
+from transformer.training.experiment import Experiment
 from transformer.training.optimizers import TrainState
 
 Batch = dict[str, jax.Array]
@@ -232,7 +232,7 @@ class OnMesh:
 
 
 class Steps(NamedTuple):
-  """What `build_steps` makes of an experiment config, every function jit-compiled."""
+  """What `build_steps` makes of an experiment, every function jit-compiled."""
   train: Callable[..., tuple[TrainState, dict]]  # (state, batch, rng) -> (state, metrics),
                                                  # state donated; the peak rate bound
   eval: Callable[[Any, Batch], losses.LossOutput]  # (params, batch) -> sums
@@ -243,32 +243,33 @@ class Steps(NamedTuple):
   learning_rate_fn: Callable[[jax.Array], jax.Array]
 
 
-def build_steps(config: ml_collections.ConfigDict, model: nn.Module, mesh: Mesh) -> Steps:
-  """The init, train, eval and diagnostics-gradient steps of an experiment config on `mesh`.
+def build_steps(exp: Experiment, model: nn.Module, mesh: Mesh) -> Steps:
+  """The init, train, eval and diagnostics-gradient steps of an experiment on `mesh`.
 
-  Every step takes its loss from the config alike: label_smoothing, z_loss and
+  Every step takes its loss from `exp.loss` alike: label_smoothing, z_loss and
   loss_chunk_size, so the eval loss is the training objective on held-out data (nll is the
   plain cross-entropy). Batches are split over every device; params, gradients and
   optimizer state are laid out by `sharding.tree_shardings` (replicated on an all-data mesh,
   split over the fsdp axis otherwise); the state is donated to the train step.
   """
-  tx, lr_fn = optimizers.at_peak(config, config.learning_rate)  # for the state and the logs
-  loss = dict(label_smoothing=config.label_smoothing, z_loss=config.z_loss)
+  opt = exp.optimization
+  tx, lr_fn = optimizers.at_peak(opt, opt.learning_rate)  # for the state and the logs
+  loss = dict(label_smoothing=exp.loss.label_smoothing, z_loss=exp.loss.z_loss)
   # Any [1, max_len] rows of the keys the model reads fix the param shapes.
-  rows = {k: jnp.ones((1, config.max_len), jnp.int32) for k in model.batch_keys}
+  rows = {k: jnp.ones((1, exp.data.max_len), jnp.int32) for k in model.batch_keys}
   init_fn = functools.partial(init_state, model, tx, batch=rows)
   state_sh = sharding.tree_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), mesh)
   repl, data = sharding.replicated(mesh), sharding.batch_sharding(mesh)
   train = jax.jit(
-      make_train_step(model, functools.partial(optimizers.at_peak, config),
-                      grad_accum_steps=config.grad_accum_steps,
-                      loss_chunk_size=config.loss_chunk_size, mesh=mesh, **loss),
+      make_train_step(model, functools.partial(optimizers.at_peak, opt),
+                      grad_accum_steps=opt.grad_accum_steps,
+                      loss_chunk_size=exp.loss.loss_chunk_size, mesh=mesh, **loss),
       in_shardings=(state_sh, data, repl, repl), out_shardings=(state_sh, repl),
       donate_argnums=0)
   # The peak rate travels as an argument (one compilation for every rate), bound here as a
   # host scalar: jit places it (a compile report's mesh may be of absent devices).
-  peak = np.float32(config.learning_rate)
-  eval_step = jax.jit(make_eval_step(model, loss_chunk_size=config.loss_chunk_size, **loss),
+  peak = np.float32(opt.learning_rate)
+  eval_step = jax.jit(make_eval_step(model, loss_chunk_size=exp.loss.loss_chunk_size, **loss),
                       in_shardings=(state_sh.params, data), out_shardings=repl)
   grads = jax.jit(make_grads_fn(model, **loss))
   init = jax.jit(init_fn, out_shardings=state_sh)
