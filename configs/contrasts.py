@@ -83,10 +83,10 @@ def get_contrasts() -> list[Contrast]:
               minus=(("m9_width_256", "paper"), ("m1_lr_ceiling", "pe_down"))),
       # W1: only the width moves (4 layers, d_k 64, d_ff 4 d_model, 1200 steps each); the head
       # count moves with it. Declared before its first point ran.
-      _across("W1: no scale's cost at d_model 128 minus at 64 (4 layers)",
+      _across("(declared) W1: no scale's cost at d_model 128 minus at 64 (4 layers)",
               plus=(("w1_d128", "no_scale"), ("w1_d64", "paper")),
               minus=(("w1_d128", "paper"), ("w1_d64", "no_scale"))),
-      _across("W1: no scale's cost at d_model 256 minus at 128 (4 layers; 256: M9)",
+      _across("(declared) W1: no scale's cost at d_model 256 minus at 128 (4 layers; 256: M9)",
               plus=(("m9_width_256", "no_scale"), ("w1_d128", "paper")),
               minus=(("m9_width_256", "paper"), ("w1_d128", "no_scale"))),
       _across("W1: no scale's cost at d_model 256 minus at 64 (4 layers; 256: M9)",

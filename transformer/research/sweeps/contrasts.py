@@ -8,7 +8,8 @@ seeds every term reports and summarised by its mean and a 95% t-interval over th
 (`tuning.paired`); unlike M8's and M9's own tables, the interval does not add the test set's
 sampling error. Terms from different sweeps must have the same data inputs (the corpus, its
 split rule and the tokenizer: `grid.data_inputs`), else a seed would pair different test
-sets. These contrasts are chosen for the text after the sweeps ran and belong to no sweep's
+sets. A contrast whose name begins "(declared)" was fixed with its sweep before its first
+point ran; the others were chosen for the text after the sweeps ran. They are in no sweep's
 Holm family; the page says so.
 
 Across model sizes one seed shares only the data (the split and the order of the training
@@ -167,9 +168,10 @@ def table(evaluated: Sequence[tuple[Contrast, tuning.Paired, Unpaired | None]],
            "Each term is an arm (sweep:arm) at its own chosen learning rate, with the test "
            "figure its sweep reports, by seed; a contrast adds and subtracts them seed by seed "
            "over the seeds every term reports, with a 95% t-interval over those seeds. Terms "
-           "of two sweeps read the same data (checked), so one seed is one split. These "
-           "were chosen for the text after the sweeps ran: they are in no sweep's Holm family, "
-           "and their intervals do not hold the test set's own sampling error.", "",
+           "of two sweeps read the same data (checked), so one seed is one split. A contrast "
+           "whose name begins \"(declared)\" was fixed with its sweep before its first point "
+           "ran; the others were chosen for the text after the sweeps ran. They are in no sweep's "
+           "Holm family, and their intervals do not hold the test set's own sampling error.", "",
            "Across model sizes a seed shares only the data (the split and the order of the "
            "training rows), not the initial draws, so pairing by seed is only in part a "
            "pairing. Where a contrast's terms are of different sizes, the last four columns "
