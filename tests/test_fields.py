@@ -5,31 +5,41 @@ import dataclasses
 
 import pytest
 
+from transformer.config import ModelConfig
 from transformer.errors import ConfigError
 from transformer.research.sweeps import grid, report
 from transformer.training import experiment, fields, workdir_checks
 from transformer.training.fields import Role, declare
 
 
-@dataclasses.dataclass(frozen=True)
-class _Data(fields.Data):
-  corpus_variant: str = declare("a", Role.SOURCE)  # which text: a sweep's identity
-  read_hint: str = declare("", Role.INERT)  # advice: never compared
+class _Throwaway:
+  """Sections with a field more each, named as the sections they stand in for (an
+  Experiment holds each section under its name)."""
 
+  @dataclasses.dataclass(frozen=True)
+  class Data(fields.Data):
+    corpus_variant: str = declare("a", Role.SOURCE)  # which text: a sweep's identity
+    read_hint: str = declare("", Role.INERT)  # advice: never compared
 
-@dataclasses.dataclass(frozen=True)
-class _Loop(fields.Loop):
-  watch_every_steps: int = declare(7, Role.RESUMABLE, at_least=1)
+  @dataclasses.dataclass(frozen=True)
+  class Loop(fields.Loop):
+    watch_every_steps: int = declare(7, Role.RESUMABLE, at_least=1)
 
 
 @pytest.fixture
 def declared(monkeypatch):
-  """The sections with a throwaway field in three of them, each declared once."""
-  monkeypatch.setattr(fields, "SECTIONS", (_Data, fields.Optimization, fields.Loss, _Loop))
+  """The sections with a throwaway field in two of them, each declared once."""
+  monkeypatch.setattr(fields, "SECTIONS", (_Throwaway.Data, fields.Optimization, fields.Loss,
+                                          _Throwaway.Loop))
 
 
 def _recorded(config):
   return {"experiment": config.to_dict()}
+
+
+def _changes(saved, config):
+  """What a resume of the run `saved` records with `config` changes, by the flag it needs."""
+  return workdir_checks.resume_changes(saved, experiment.recorded(config, ModelConfig()), {})
 
 
 def test_a_field_declared_once_is_a_default_a_bound_a_resume_rule_and_an_identity(declared):
@@ -42,12 +52,12 @@ def test_a_field_declared_once_is_a_default_a_bound_a_resume_rule_and_an_identit
     experiment.validate(config)
 
   config.watch_every_steps = 9  # a resume: resumable, so not a change of what the run computes
-  assert workdir_checks.training_changes(saved, config) == []
+  assert _changes(saved, config).settings == []
   config.corpus_variant = "b"  # a data-stream change: refused but under allow_data_change
-  assert workdir_checks.data_stream_changes(saved, config, {}) == ["corpus_variant 'a' -> 'b'"]
-  assert workdir_checks.training_changes(saved, config) == []
+  assert _changes(saved, config).data == ["corpus_variant 'a' -> 'b'"]
+  assert _changes(saved, config).settings == []
   config.read_hint = "get it elsewhere"  # inert: neither
-  assert workdir_checks.training_changes(saved, config) == []
+  assert _changes(saved, config).settings == []
   assert grid.data_inputs(config)["corpus_variant"] == "b"  # a sweep's points' identity
   assert "read_hint" not in grid.data_inputs(config)
 
@@ -68,7 +78,7 @@ def test_a_field_no_section_declares_changes_what_the_run_computes():
   config = experiment.base_config()
   saved = _recorded(config)
   config.my_setting = 1
-  assert workdir_checks.training_changes(saved, config) == ["my_setting None -> 1"]
+  assert _changes(saved, config).settings == ["my_setting None -> 1"]
 
 
 def test_the_experiment_holds_its_sections_typed_and_built_once():

@@ -24,6 +24,11 @@ def _config(**overrides):
   return config
 
 
+def _exp(config, model=MODEL):
+  """The Experiment of `config` with `model`, as a checkpoint's record is read (no checks)."""
+  return experiment.recorded(config, model)
+
+
 def _metrics(workdir, last_step):
   with open(workdir / writers.METRICS_FILE, "w") as f:
     for step in range(1, last_step + 1):
@@ -34,27 +39,28 @@ def test_a_history_past_twice_the_checkpoint_interval_without_checkpoints_is_ref
                                                                                       caplog):
   _metrics(tmp_path, 7)  # a save of step 3 was waited for before step 6's: it existed
   with pytest.raises(TrainingError, match="holds metrics up to step 7 but no checkpoint"):
-    workdir_checks.check_history(str(tmp_path), _config())
+    workdir_checks.check_history(str(tmp_path), _exp(_config()).loop)
   _metrics(tmp_path, 6)  # killed before the first checkpoint committed: restart from 0
   with caplog.at_level(logging.WARNING):
-    workdir_checks.check_history(str(tmp_path), _config())
+    workdir_checks.check_history(str(tmp_path), _exp(_config()).loop)
   assert "training from step 0; the metrics logged up to step 6 are written again" in caplog.text
   _metrics(tmp_path, 7)
   (tmp_path / checkpoint.CHECKPOINT_DIR / "6.nonfinite").mkdir(parents=True)
-  workdir_checks.check_history(str(tmp_path), _config())  # set aside by the run itself
+  workdir_checks.check_history(str(tmp_path), _exp(_config()).loop)  # set aside by the run
 
 
 def test_the_data_stream_may_change_only_before_the_first_checkpoint(tmp_path):
   checkpoint.write_config(str(tmp_path), {"experiment": _config().to_dict(), "model": MODEL})
   other = _config(batch_size=32, packing="pack")
-  workdir_checks.check_resumable(str(tmp_path), other, MODEL, has_checkpoints=False)
+  workdir_checks.check_resumable(str(tmp_path), _exp(other), has_checkpoints=False)
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32, packing "
                      r"'none' -> 'pack'\)"):
-    workdir_checks.check_resumable(str(tmp_path), other, MODEL, has_checkpoints=True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(other), has_checkpoints=True)
   wider = ModelConfig(**{**MODEL.to_dict(), "d_model": 64})
   with pytest.raises(TrainingError, match="different model .*d_model 32 -> 64"):
-    workdir_checks.check_resumable(str(tmp_path), _config(), wider, has_checkpoints=False)
-  workdir_checks.check_resumable(str(tmp_path), _config(allow_model_change=True), wider, True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(_config(), wider), has_checkpoints=False)
+  workdir_checks.check_resumable(str(tmp_path), _exp(_config(allow_model_change=True), wider),
+                                 True)
 
 
 def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path, caplog):
@@ -66,15 +72,15 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path, caplog):
   with pytest.raises(TrainingError, match=r"^Workdir .* was trained with other settings "
                      r"\(label_smoothing 0.1 -> 0.0, learning_rate .* -> 0.5, schedule 'rsqrt' "
                      r"-> 'constant'\); .*--config.allow_config_change=True"):
-    workdir_checks.check_resumable(str(tmp_path), other, MODEL, has_checkpoints=True)
-  workdir_checks.check_resumable(str(tmp_path), _config(num_train_steps=45, fsdp=2,
-                                                        log_every_steps=7), MODEL, True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(other), has_checkpoints=True)
+  workdir_checks.check_resumable(str(tmp_path), _exp(_config(num_train_steps=45, fsdp=2,
+                                                             log_every_steps=7)), True)
   other.allow_config_change = True
   with caplog.at_level(logging.WARNING):
-    workdir_checks.check_resumable(str(tmp_path), other, MODEL, has_checkpoints=True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(other), has_checkpoints=True)
   assert "allow_config_change=True: resuming with this run's" in caplog.text
   # The record of the resumed run names the changes, after those of earlier resumes.
-  history = workdir_checks.resume_history(str(tmp_path), other, 30)
+  history = workdir_checks.resume_history(str(tmp_path), _exp(other), 30)
   assert history == [{"step": 30, "changes": ["label_smoothing 0.1 -> 0.0",
                                               f"learning_rate {_config().learning_rate!r} -> 0.5",
                                               "schedule 'rsqrt' -> 'constant'"]}]
@@ -82,7 +88,7 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path, caplog):
                                           workdir_checks.CHANGED_ON_RESUME: history})
   again = _config(num_train_steps=45, learning_rate=0.25, schedule="constant",
                   label_smoothing=0.0)
-  assert workdir_checks.resume_history(str(tmp_path), again, 40) == history + [
+  assert workdir_checks.resume_history(str(tmp_path), _exp(again), 40) == history + [
       {"step": 40, "changes": ["learning_rate 0.5 -> 0.25"]}]
 
 
@@ -149,7 +155,7 @@ def test_a_workdir_in_use_is_refused_naming_its_holder(tmp_path):
 
 def _recorded_run(workdir, config, **identity):
   """config.json of a run of `config` in workdir with its identity (as the loop records it)."""
-  recorded = {**workdir_checks.run_identity(config, str(workdir), 1), **identity}
+  recorded = {**workdir_checks.run_identity(_exp(config).data, str(workdir), 1), **identity}
   checkpoint.write_config(str(workdir), {"experiment": config.to_dict(), "model": MODEL,
                                          checkpoint.IDENTITY_KEY: recorded})
 
@@ -164,9 +170,8 @@ def test_other_data_files_a_swapped_tokenizer_or_another_process_count_are_refus
   _recorded_run(workdir, config)
 
   def check(config=config, processes=1):
-    return workdir_checks.check_resumable(
-        str(workdir), config, MODEL, True, workdir_checks.run_identity(config, str(workdir),
-                                                                       processes))
+    identity = workdir_checks.run_identity(_exp(config).data, str(workdir), processes)
+    return workdir_checks.check_resumable(str(workdir), _exp(config), True, identity)
 
   assert check() is False
   os.utime(data, (1, 1))  # touched: the same text
@@ -201,10 +206,10 @@ def test_the_checkpoints_config_is_the_reference_whatever_config_json_holds(tmp_
   if config_json is not None:
     (tmp_path / checkpoint.CONFIG_FILE).write_text(config_json)
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
-    workdir_checks.check_resumable(str(tmp_path), _config(batch_size=32), MODEL, True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(_config(batch_size=32)), True)
   wider = ModelConfig(**{**MODEL.to_dict(), "d_model": 64})
   with pytest.raises(TrainingError, match="different model .*d_model 32 -> 64"):
-    workdir_checks.check_resumable(str(tmp_path), _config(), wider, True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(_config(), wider), True)
 
 
 @pytest.mark.parametrize("config_json, said", [
@@ -217,7 +222,7 @@ def test_the_checkpoints_config_is_the_reference_whatever_config_json_holds(tmp_
 def test_before_any_checkpoint_a_damaged_config_json_is_one_line(tmp_path, config_json, said):
   (tmp_path / checkpoint.CONFIG_FILE).write_text(config_json)
   with pytest.raises(RunError, match=said):
-    workdir_checks.check_resumable(str(tmp_path), _config(), MODEL, False)
+    workdir_checks.check_resumable(str(tmp_path), _exp(_config()), False)
 
 
 @pytest.mark.parametrize("field, value, said", [
@@ -234,15 +239,16 @@ def test_a_resume_that_would_read_other_examples_is_refused_naming_the_field(tmp
   config = _config()
   config.update_from_flattened_dict({field: value})
   with pytest.raises(TrainingError, match=rf"another data stream \({said}\)"):
-    workdir_checks.check_resumable(str(tmp_path), config, MODEL, True,
-                                   workdir_checks.run_identity(config, str(tmp_path), 1))
+    workdir_checks.check_resumable(str(tmp_path), _exp(config), True,
+                                   workdir_checks.run_identity(_exp(config).data, str(tmp_path), 1))
 
 
 def test_a_checkpoint_past_num_train_steps_is_refused(tmp_path):
-  workdir_checks.check_steps(str(tmp_path), _config(num_train_steps=40), [20, 40])
+  steps = lambda n: _exp(_config(num_train_steps=n)).optimization  # noqa: E731
+  workdir_checks.check_steps(str(tmp_path), steps(40), [20, 40])
   with pytest.raises(TrainingError, match=r"holds a checkpoint at step 40, past "
                      r"num_train_steps=20; pass --config.num_train_steps=40 or more"):
-    workdir_checks.check_steps(str(tmp_path), _config(num_train_steps=20), [20, 40])
+    workdir_checks.check_steps(str(tmp_path), steps(20), [20, 40])
 
 
 def test_a_directory_where_a_run_writes_a_file_is_one_line(tmp_path):
@@ -273,19 +279,19 @@ def test_extending_a_run_whose_schedule_decays_over_its_steps_is_refused(tmp_pat
                      r"schedule, which decays over num_train_steps=20: num_train_steps=40 would "
                      r"change its rate .*--config.schedule=constant or rsqrt.*"
                      r"--config.allow_config_change=True .*changed_on_resume\)\.$") as e:
-    workdir_checks.check_resumable(str(tmp_path), longer, MODEL, has_checkpoints=True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(longer), has_checkpoints=True)
   assert "\n" not in str(e.value)
   longer.allow_config_change = True
   with caplog.at_level(logging.WARNING):
-    workdir_checks.check_resumable(str(tmp_path), longer, MODEL, has_checkpoints=True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(longer), has_checkpoints=True)
   assert "num_train_steps 20 -> 40" in caplog.text
-  assert workdir_checks.resume_history(str(tmp_path), longer, 20) == [
+  assert workdir_checks.resume_history(str(tmp_path), _exp(longer), 20) == [
       {"step": 20, "changes": ["num_train_steps 20 -> 40"]}]
   # Fewer steps than its checkpoint: its own length is the way on, not "N or more".
   with pytest.raises(TrainingError, match=r"pass --config.num_train_steps=20 \(the length its "
                      rf"'{schedule}' schedule decays over\) to continue it"):
-    workdir_checks.check_steps(str(tmp_path), _config(schedule=schedule, num_train_steps=10),
-                               [20])
+    shorter = _exp(_config(schedule=schedule, num_train_steps=10)).optimization
+    workdir_checks.check_steps(str(tmp_path), shorter, [20])
 
 
 @pytest.mark.parametrize("schedule", ["rsqrt", "constant"])
@@ -293,8 +299,8 @@ def test_a_schedule_that_does_not_decay_extends_as_before(tmp_path, caplog, sche
   _recorded_run(tmp_path, _config(schedule=schedule, num_train_steps=20))
   longer = _config(schedule=schedule, num_train_steps=40)
   with caplog.at_level(logging.WARNING):
-    assert workdir_checks.check_resumable(str(tmp_path), longer, MODEL, True) is False
-  assert not caplog.text and workdir_checks.resume_history(str(tmp_path), longer, 20) == []
+    assert workdir_checks.check_resumable(str(tmp_path), _exp(longer), True) is False
+  assert not caplog.text and workdir_checks.resume_history(str(tmp_path), _exp(longer), 20) == []
 
 
 def test_every_change_a_resume_accepts_is_warned_once_and_recorded(tmp_path, caplog):
@@ -306,13 +312,13 @@ def test_every_change_a_resume_accepts_is_warned_once_and_recorded(tmp_path, cap
                    allow_config_change=True, allow_data_change=True)
   dropout = ModelConfig(**{**MODEL.to_dict(), "dropout_rate": 0.3})
   with caplog.at_level(logging.WARNING):
-    assert workdir_checks.check_resumable(str(tmp_path), config, dropout, True) is True
+    assert workdir_checks.check_resumable(str(tmp_path), _exp(config, dropout), True) is True
   [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
   for said in ("dropout_rate 0.1 -> 0.3; allow_model_change=True",
                "learning_rate", "seed 0 -> 7", "allow_data_change=True",
                "the seed also draws the dropout masks", "changed_on_resume"):
     assert said in warning, said
-  history = workdir_checks.resume_history(str(tmp_path), config, 30, dropout, {})
+  history = workdir_checks.resume_history(str(tmp_path), _exp(config, dropout), 30, {})
   assert history == [{"step": 30, "changes": [
       "model.dropout_rate 0.1 -> 0.3", f"learning_rate {_config().learning_rate!r} -> 0.5",
       "seed 0 -> 7 (the data order and the dropout masks)"]}]
@@ -327,8 +333,8 @@ def test_a_field_that_selects_the_streams_examples_is_a_data_stream_field(tmp_pa
   config = _config(allow_config_change=True, **{field: value})
   with pytest.raises(TrainingError, match=rf"another data stream \({field} .* -> "
                      rf"{re.escape(repr(value))}\).*allow_data_change=True"):
-    workdir_checks.check_resumable(str(tmp_path), config, MODEL, True,
-                                   workdir_checks.run_identity(config, str(tmp_path), 1))
+    workdir_checks.check_resumable(str(tmp_path), _exp(config), True,
+                                   workdir_checks.run_identity(_exp(config).data, str(tmp_path), 1))
 
 
 def test_a_max_len_change_is_refused_once_naming_both_flags(tmp_path):
@@ -340,7 +346,7 @@ def test_a_max_len_change_is_refused_once_naming_both_flags(tmp_path):
                      r"\(max_len 8 -> 64\); another data stream \(max_len 32 -> 64\); .*pass "
                      r"--config.allow_model_change=True and --config.allow_data_change=True "
                      r"to go on") as e:
-    workdir_checks.check_resumable(str(tmp_path), config, longer, True)
+    workdir_checks.check_resumable(str(tmp_path), _exp(config, longer), True)
   assert "\n" not in str(e.value)
   config.update(allow_model_change=True, allow_data_change=True)
-  assert workdir_checks.check_resumable(str(tmp_path), config, longer, True) is True
+  assert workdir_checks.check_resumable(str(tmp_path), _exp(config, longer), True) is True

@@ -35,7 +35,7 @@ def check_run_data(loaded: loading.Loaded,
   than it was trained on (its held-out split would be other text), or a data path is on
   gs:// without gcsfs. Before any work or any file is written."""
   experiment.check_paths_reachable(config or loaded.config, prefix="the run's ")
-  changed = workdir_checks.changed_data_files(loaded.identity, loaded.config,
+  changed = workdir_checks.changed_data_files(loaded.identity, loaded.experiment.data,
                                               loaded.workdir)
   if changed:
     raise InferenceError(

@@ -138,17 +138,16 @@ def _check_resume(exp: experiment.Experiment, workdir: str) -> bool:
   """The workdir against this run, before any data is read: its model, data stream and
   steps. True when the data stream changed and allow_data_change lets the run go on
   (workdir_checks.check_resumable)."""
-  config = exp.config
   checkpoints = storage.join(workdir, checkpoint.CHECKPOINT_DIR)
   if storage.as_path(checkpoints).exists():  # else it is made in the workdir, checked writable
     workdir_checks.check_writable(checkpoints, "make it writable, or pass another --workdir",
                                   what="The checkpoint directory")
   saved_steps = checkpoint.finished_steps(checkpoint.checkpoint_dir(workdir))
   # Fewer steps than the newest checkpoint first: said as such, not as a schedule's change.
-  workdir_checks.check_steps(workdir, config, saved_steps)
+  workdir_checks.check_steps(workdir, exp.optimization, saved_steps)
   return workdir_checks.check_resumable(
-      workdir, config, exp.model, bool(saved_steps),
-      workdir_checks.run_identity(config, workdir, jax.process_count()))
+      workdir, exp, bool(saved_steps),
+      workdir_checks.run_identity(exp.data, workdir, jax.process_count()))
 
 
 def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets,
@@ -157,7 +156,7 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
   `data_changed`), or a check that starting afresh loses no history."""
   config = exp.config
   # Taken after the data is prepared: a first run's tokenizer file exists only now.
-  identity = workdir_checks.run_identity(config, workdir, jax.process_count())
+  identity = workdir_checks.run_identity(exp.data, workdir, jax.process_count())
   resolved = {"experiment": config.to_dict(), "model": exp.model.to_dict(),
               checkpoint.IDENTITY_KEY: identity}
   train_iter = datasets.train_iter()
@@ -170,11 +169,11 @@ def _setup(exp: experiment.Experiment, workdir: str, datasets: pipeline.Datasets
     logging.info("%s", model_summary.format_summary(resolved["summary"]))
   if r.from_checkpoint:
     logging.info("Resumed from step %d of %s.", r.start_step, workdir)
-    history = workdir_checks.resume_history(workdir, config, r.start_step, exp.model, identity)
+    history = workdir_checks.resume_history(workdir, exp, r.start_step, identity)
     if history:
       resolved[workdir_checks.CHANGED_ON_RESUME] = history
   elif primary:
-    workdir_checks.check_history(workdir, config)
+    workdir_checks.check_history(workdir, exp.loop)
   if primary:
     checkpoint.write_config(workdir, resolved)
   writer = MetricWriter(workdir, enabled=primary, resume_step=r.start_step,

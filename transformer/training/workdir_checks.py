@@ -18,7 +18,6 @@ import time
 from typing import Any, Iterator, Optional, Union
 
 import filelock
-import ml_collections
 from absl import logging
 
 from transformer import checkpoint, storage
@@ -174,29 +173,22 @@ def remove_if_empty(workdir: str) -> None:
 
 
 
-def _data_stream() -> tuple[str, ...]:
-  """The fields whose change would make the saved data-iterator position mean other examples:
-  the data, how it is split, laid out, cut into rows and tokenized, and the order it is read."""
-  return fields.names(fields.Role.SOURCE, fields.Role.STREAM)
-
-
 def _fingerprinted() -> tuple[str, ...]:
   """The fields whose files' content is fingerprinted: the paths the text is read from."""
   return tuple(k for k in fields.paths() if k in fields.names(fields.Role.SOURCE))
 
 
-def run_identity(config: ml_collections.ConfigDict, workdir: str,
-                 process_count: int) -> dict[str, Any]:
+def run_identity(data: fields.Data, workdir: str, process_count: int) -> dict[str, Any]:
   """What the saved data position and the vocabulary mean beyond the config fields: the
   process count (one iterator state per process), each data file's content fingerprint,
   and the hash of the workdir's tokenizer file. Taken once the data has been read."""
   identity: dict[str, Any] = {"process_count": process_count,
                               "tokenizer": tokenizers.file_hash(workdir)}
-  if config.dataset in local_corpora.LOCAL:
+  if data.dataset in local_corpora.LOCAL:
     for field in _fingerprinted():
-      if config.get(field):
+      if getattr(data, field):
         identity[field] = {f: corpus_files.content_fingerprint(f)
-                           for f in corpus_files.resolve_files(config[field], field)}
+                           for f in corpus_files.resolve_files(getattr(data, field), field)}
   return identity
 
 
@@ -211,8 +203,7 @@ def reference_config(workdir: str) -> Optional[dict[str, Any]]:
   return None
 
 
-def check_resumable(workdir: str, config: ml_collections.ConfigDict,
-                    model_config: ModelConfig, has_checkpoints: bool,
+def check_resumable(workdir: str, exp: experiment.Experiment, has_checkpoints: bool,
                     identity: Optional[dict[str, Any]] = None) -> bool:
   """A workdir's run continues only with its own model and, once it has checkpoints, its own
   settings, schedule, data stream and tokenizer; a change goes on only under its allow_* flag,
@@ -223,19 +214,19 @@ def check_resumable(workdir: str, config: ml_collections.ConfigDict,
   if not saved_config:
     return False
   if not has_checkpoints:  # nothing is resumed: only the model is held to its record
-    model = model_changes(saved_config, model_config)
-    if model and not config.allow_model_change:
-      raise _refusal(workdir, ResumeChanges(model, [], []), config, saved_config)
+    model = model_changes(saved_config, exp.model)
+    if model and not exp.loop.allow_model_change:
+      raise _refusal(workdir, ResumeChanges(model, [], []), exp, saved_config)
     return False
   optimizer = saved_config.get("experiment", {}).get("optimizer")
-  if optimizer and optimizer != config.get("optimizer"):  # its state has another structure
+  if optimizer and optimizer != exp.optimization.optimizer:  # its state has another structure
     raise TrainingError(
         f"Workdir {workdir} was trained with optimizer={optimizer!r}, whose state its "
-        f"checkpoints hold; this run asks for {config.get('optimizer')!r}: resume with "
+        f"checkpoints hold; this run asks for {exp.optimization.optimizer!r}: resume with "
         f"--config.optimizer={optimizer}, or use a new --workdir.")
-  changes = resume_changes(saved_config, config, model_config, identity or {})
-  if changes.refused(config):
-    raise _refusal(workdir, changes, config, saved_config)
+  changes = resume_changes(saved_config, exp, identity or {})
+  if changes.refused(exp.loop):
+    raise _refusal(workdir, changes, exp, saved_config)
   if changes.recorded():
     logging.warning("%s", _accepted(workdir, changes))
   return bool(changes.data)
@@ -250,10 +241,10 @@ class ResumeChanges:
   settings: list[str]
   data: list[str]
 
-  def refused(self, config: ml_collections.ConfigDict) -> list[str]:
+  def refused(self, loop: fields.Loop) -> list[str]:
     """The kinds of change ('model', 'settings', 'data') whose allow_* flag is not set."""
     return [kind for kind, flag in _FLAGS.items()
-            if getattr(self, kind) and not config.get(flag)]
+            if getattr(self, kind) and not getattr(loop, flag)]
 
   def recorded(self) -> list[str]:
     """Every change, as the record of the run's history lists it: a model field as
@@ -276,20 +267,43 @@ def model_changes(saved_config: dict[str, Any], model_config: ModelConfig) -> li
           if k in new and _normal(saved.get(k)) != _normal(new.get(k))]
 
 
-def resume_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
-                   model_config: Optional[ModelConfig],
+def _kind(field: str, role: Optional[fields.Role], exp: experiment.Experiment) -> Optional[str]:
+  """Which flag a change of `field` (declared with `role`; None: undeclared) needs: 'data'
+  for the data stream (the saved iterator position would mean other examples), 'settings'
+  for what the run computes (num_train_steps too where the schedule decays over it: another
+  length is another schedule), None for how long it trains, how it is watched, saved and
+  laid out."""
+  if role in (fields.Role.SOURCE, fields.Role.STREAM):
+    return "data"
+  if role in (fields.Role.RESUMABLE, fields.Role.INERT):
+    decaying = exp.optimization.schedule in optimizer_settings.DECAYING_SCHEDULES
+    return "settings" if field == "num_train_steps" and decaying else None
+  return "settings"  # Role.COMPUTES, or a field no section declares
+
+
+def resume_changes(saved_config: dict[str, Any], exp: experiment.Experiment,
                    identity: dict[str, Any]) -> ResumeChanges:
-  """Everything this run changes of the workdir's recorded run (`ResumeChanges`)."""
-  model = model_changes(saved_config, model_config) if model_config is not None else []
-  return ResumeChanges(model, training_changes(saved_config, config),
-                       data_stream_changes(saved_config, config, identity))
+  """Everything this run changes of the workdir's recorded run (`ResumeChanges`): each field
+  that differs, by its declared role (`_kind`); a field the record predates counts as its
+  default (`experiment.with_defaults`); beside the fields, the data's identity."""
+  roles = {k: f.metadata["role"] for k, f in fields.declared().items() if "." not in k}
+  before = flat_fields(experiment.with_defaults(saved_config.get("experiment", {})))
+  now = flat_fields(exp.config)
+  changes: dict[str, list[str]] = {"settings": [], "data": []}
+  for k in sorted(set(before) | set(now)):
+    top = k.partition(".")[0]
+    kind = None if top == "model" else _kind(top, roles.get(top), exp)
+    if kind and _normal(before.get(k)) != _normal(now.get(k)):
+      changes[kind].append(f"{k} {before.get(k)!r} -> {now.get(k)!r}")
+  return ResumeChanges(model_changes(saved_config, exp.model), changes["settings"],
+                       changes["data"] + identity_changes(saved_config, exp, identity))
 
 
-def _refusal(workdir: str, changes: ResumeChanges, config: ml_collections.ConfigDict,
+def _refusal(workdir: str, changes: ResumeChanges, exp: experiment.Experiment,
              saved_config: dict[str, Any]) -> TrainingError:
   """The one line that refuses the changes whose flag is not set: all of them at once (a
   max_len is the model's and the data's), the kind's own words where one kind is refused."""
-  refused = changes.refused(config)
+  refused = changes.refused(exp.loop)
   if len(refused) > 1:
     what = "; ".join(f"{_KINDS[k]} ({', '.join(getattr(changes, k))})" for k in refused)
     flags = " and ".join(f"--config.{_FLAGS[k]}=True" for k in refused)
@@ -305,8 +319,9 @@ def _refusal(workdir: str, changes: ResumeChanges, config: ml_collections.Config
   if refused == ["settings"] and all(c.startswith("num_train_steps ") for c in changes.settings):
     steps = saved_config.get("experiment", {}).get("num_train_steps")
     return TrainingError(
-        f"Workdir {workdir} was trained on the {config.schedule!r} schedule, which decays over "
-        f"num_train_steps={steps}: num_train_steps={config.num_train_steps} would change its "
+        f"Workdir {workdir} was trained on the {exp.optimization.schedule!r} schedule, which "
+        f"decays over num_train_steps={steps}: num_train_steps="
+        f"{exp.optimization.num_train_steps} would change its "
         "rate from the resumed step on, another schedule in one run's history; to extend runs, "
         "train on a schedule that does not decay (--config.schedule=constant or rsqrt, in a "
         "new --workdir), or pass --config.allow_config_change=True to go on (the checkpoints' "
@@ -337,49 +352,29 @@ def _accepted(workdir: str, changes: ResumeChanges) -> str:
           + f"; the checkpoints' record lists the changes under {CHANGED_ON_RESUME}.")
 
 
-def training_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict) -> list[str]:
-  """The fields, beside the model and the data stream (checked on their own), whose values
-  differ between a workdir's recorded run and this one, in words ([] if none): its optimizer,
-  rate and schedule, its loss, its seed's other uses, its layout (Role.RESUMABLE aside),
-  and num_train_steps where this run's schedule decays over it (cosine, linear: another
-  length is another schedule). A field the record predates counts as its default
-  (`experiment.with_defaults`)."""
-  skip = {"model", *_data_stream(), *fields.names(fields.Role.RESUMABLE, fields.Role.INERT)}
-  if config.get("schedule") in optimizer_settings.DECAYING_SCHEDULES:
-    skip.discard("num_train_steps")
-  recorded = experiment.with_defaults(saved_config.get("experiment", {}))
-  before = flat_fields({k: v for k, v in recorded.items() if k not in skip})
-  now = flat_fields({k: v for k, v in config.items() if k not in skip})
-  return [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
-          if _normal(before.get(k)) != _normal(now.get(k))]
-
-
 CHANGED_ON_RESUME = "changed_on_resume"  # a config's record of settings changed on resuming
 
 
-def resume_history(workdir: str, config: ml_collections.ConfigDict, step: int,
-                   model_config: Optional[ModelConfig] = None,
+def resume_history(workdir: str, exp: experiment.Experiment, step: int,
                    identity: Optional[dict[str, Any]] = None) -> list[dict[str, Any]]:
   """The changes made at each resume of `workdir`'s run (under any allow_* flag), this one's
   at `step` included: [{'step': S, 'changes': ['FIELD OLD -> NEW', ...]}, ...]; the model's
-  changes (given `model_config`) as 'model.FIELD', the data stream's (given this run's
-  `identity`, `run_identity`) beside the settings'."""
+  changes as 'model.FIELD', the data stream's (given this run's `identity`, `run_identity`)
+  beside the settings'."""
   saved = reference_config(workdir) or {}
   history = list(saved.get(CHANGED_ON_RESUME, []))
   if not saved:
     return history
-  changes = resume_changes(saved, config, model_config, identity or {}).recorded()
+  changes = resume_changes(saved, exp, identity or {}).recorded()
   return history + [{"step": step, "changes": changes}] if changes else history
 
 
-def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.ConfigDict,
-                        identity: dict[str, Any]) -> list[str]:
-  """What differs between a workdir's recorded run and this one, in words ([] if nothing)."""
-  before = flat_fields({k: v for k, v in saved_config.get("experiment", {}).items()
-                  if k in _data_stream()})
-  now = flat_fields({k: config.get(k) for k in _data_stream()})
-  changes = [f"{k} {before[k]!r} -> {now.get(k)!r}" for k in sorted(before)
-             if before[k] != now.get(k)]
+def identity_changes(saved_config: dict[str, Any], exp: experiment.Experiment,
+                     identity: dict[str, Any]) -> list[str]:
+  """What differs between the data identity (`run_identity`) a workdir's run recorded and
+  this run's, in words ([] if nothing): the process count, the tokenizer file, the data
+  files' content where their names are the same."""
+  changes = []
   recorded = saved_config.get(checkpoint.IDENTITY_KEY, {})
   if "process_count" in recorded and "process_count" in identity and \
       recorded["process_count"] != identity["process_count"]:
@@ -388,19 +383,19 @@ def data_stream_changes(saved_config: dict[str, Any], config: ml_collections.Con
       recorded["tokenizer"] != identity["tokenizer"]:
     changes.append(f"the workdir's tokenizer file is not the one it was trained with "
                    f"({recorded['tokenizer']} -> {identity['tokenizer']})")
-  if all(before.get(f) == config.get(f) for f in _fingerprinted()):  # the same names
+  named = saved_config.get("experiment", {})
+  if all(named.get(f) == getattr(exp.data, f) for f in _fingerprinted()):  # the same names
     changes += file_changes(recorded, identity)
   return changes
 
 
-def changed_data_files(recorded: dict[str, Any], config: ml_collections.ConfigDict,
-                       workdir: str) -> list[str]:
+def changed_data_files(recorded: dict[str, Any], data: fields.Data, workdir: str) -> list[str]:
   """The data files of a run's recorded identity (`run_identity`) that hold other text now, in
   words ([] if none or if the run recorded none): what a reader of its held-out split must
   refuse."""
   if not any(field in recorded for field in _fingerprinted()):
     return []
-  return file_changes(recorded, run_identity(config, workdir, process_count=1))
+  return file_changes(recorded, run_identity(data, workdir, process_count=1))
 
 
 def file_changes(recorded: dict[str, Any], identity: dict[str, Any]) -> list[str]:
@@ -424,23 +419,23 @@ def _file_changes(field: str, before: dict[str, str], now: dict[str, str]) -> li
   return [f"{field}: {', '.join(changed[:3])}{more}"]
 
 
-def check_steps(workdir: str, config: ml_collections.ConfigDict, saved_steps: list[int]) -> None:
+def check_steps(workdir: str, optimization: fields.Optimization, saved_steps: list[int]) -> None:
   """Refuses a run whose workdir already holds a checkpoint past num_train_steps: there is
   nothing to train, and a silent success would pass off the longer run as this one."""
-  newest = max(saved_steps, default=0)
-  if newest > config.num_train_steps:
+  newest, steps = max(saved_steps, default=0), optimization.num_train_steps
+  if newest > steps:
     go_on = f"pass --config.num_train_steps={newest} or more to continue it"
-    if config.get("schedule") in optimizer_settings.DECAYING_SCHEDULES:  # its own length only
+    if optimization.schedule in optimizer_settings.DECAYING_SCHEDULES:  # its own length only
       recorded = (reference_config(workdir) or {}).get("experiment", {})
       go_on = (f"pass --config.num_train_steps={recorded.get('num_train_steps', newest)} (the "
-               f"length its {config.schedule!r} schedule decays over) to continue it")
+               f"length its {optimization.schedule!r} schedule decays over) to continue it")
     raise TrainingError(
-        f"Workdir {workdir} holds a checkpoint at step {newest}, past num_train_steps="
-        f"{config.num_train_steps}; {go_on}, score it with scripts/evaluate.py "
-        f"--workdir={workdir}, or train {config.num_train_steps} steps in a new --workdir.")
+        f"Workdir {workdir} holds a checkpoint at step {newest}, past num_train_steps={steps}; "
+        f"{go_on}, score it with scripts/evaluate.py --workdir={workdir}, or train {steps} "
+        "steps in a new --workdir.")
 
 
-def check_history(workdir: str, config: ml_collections.ConfigDict) -> None:
+def check_history(workdir: str, loop: fields.Loop) -> None:
   """Refuses to start from step 0 over the metrics of a run whose checkpoints are gone.
 
   A run killed before its first checkpoint committed restarts (its metrics are rewritten
@@ -451,7 +446,7 @@ def check_history(workdir: str, config: ml_collections.ConfigDict) -> None:
   directory = storage.as_path(workdir) / checkpoint.CHECKPOINT_DIR
   set_aside = directory.is_dir() and any(
       p.name.endswith((".corrupt", ".nonfinite")) for p in directory.iterdir())
-  if logged > 2 * config.checkpoint_every_steps and not set_aside:
+  if logged > 2 * loop.checkpoint_every_steps and not set_aside:
     raise TrainingError(
         f"Workdir {workdir} holds metrics up to step {logged} but no checkpoint (was "
         f"{directory} emptied?); training from step 0 would overwrite that history: move "
