@@ -64,11 +64,13 @@ def matmul_peak(dtype: str = "float32", n: Optional[int] = None, repeats: int = 
   """Measured FLOP/s of a large square matmul on `devices` (all local devices, data-parallel).
 
   n: the matrix size; by default 8192 on an accelerator (large enough to be compute-bound:
-  a 2048 chain measures launch latency on a GPU) and 2048 on a CPU (where 8192 takes minutes).
+  a 2048 chain measures launch latency on a GPU) and on a CPU 2048 over the cube root of the
+  device count (where 8192 takes minutes; forced host devices share one CPU's cores, so the
+  products of all of them together are the work of one 2048 product).
   """
   devices = jax.local_devices() if devices is None else devices
   if n is None:
-    n = 2048 if devices[0].platform == "cpu" else 8192
+    n = 8192 if devices[0].platform != "cpu" else 2048 // round(len(devices) ** (1 / 3))
   mesh = jax.sharding.Mesh(np.asarray(devices), ("data",))
   split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
   k = len(devices)
