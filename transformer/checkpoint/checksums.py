@@ -4,11 +4,7 @@ The installed orbax (0.12) does not verify array data itself: a byte flipped ins
 array's data file reads back without an error, so the checkpoint records its own checksums.
 They are order-independent integer sums, so a sharded device array and its host copy give the
 same value whatever the device count: [sum(w), sum(w * (i + 1))] mod 2^32 over the leaf's raw
-32-bit words w at flat index i. One jitted computation makes them for accelerator leaves and
-for leaves sharded over several processes; a leaf whose words are in this host's memory (a CPU
-device's array, a numpy array) is summed by numpy instead, with the same uint32 arithmetic:
-compiling one program of every leaf costs seconds at each new sharding, summing them on the
-host milliseconds.
+32-bit words w at flat index i. One jitted computation makes them for device and host leaves.
 """
 
 from __future__ import annotations
@@ -65,43 +61,21 @@ def _leaf_checksum(x: jax.Array) -> Optional[jax.Array]:
 
 
 _checksums_jit = jax.jit(lambda leaves: [_leaf_checksum(x) for x in leaves])
-_HOST_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
-
-
-def _host_checksum(x: np.ndarray) -> Optional[list[int]]:
-  """`_leaf_checksum` of a host array, in numpy's uint32 (wrapping) arithmetic."""
-  if x.dtype == np.bool_:
-    w = x.reshape(-1).astype(np.uint32)
-  elif x.dtype.itemsize in _HOST_UINT:
-    w = np.ascontiguousarray(x).reshape(-1).view(_HOST_UINT[x.dtype.itemsize]).astype(np.uint32)
-  else:
-    return None
-  i = (np.arange(w.size, dtype=np.uint64) % 2**32 + 1).astype(np.uint32)
-  return [int(np.sum(w, dtype=np.uint32)), int(np.sum(w * i, dtype=np.uint32))]
-
-
-def _on_host(x: jax.Array) -> bool:
-  """Whether the whole array is in this host's memory already: on CPU devices of this
-  process."""
-  return x.is_fully_addressable and all(d.platform == "cpu" for d in x.sharding.device_set)
 
 
 def checksums(tree: Any) -> dict[str, list[int]]:
   """{'params/dense/kernel': [s1, s2], ...} for every array leaf (device or host numpy)."""
   groups: dict[Any, list[tuple[Any, jax.Array]]] = {}
-  out = {}
   for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    if not isinstance(x, jax.Array) or _on_host(x):
+    if not isinstance(x, jax.Array):
       x = np.asarray(x)
       if x.dtype.itemsize > 4:  # jax would narrow it to 32 bits: not the saved words
         continue
-      sums = _host_checksum(x)
-      if sums is not None:
-        out[path_str(p)] = sums
-      continue
+      x = jnp.asarray(x)
     # One jitted call per device set (a committed single-device step and mesh-sharded params
     # cannot share one computation); then one small host sync.
     groups.setdefault(frozenset(x.sharding.device_set), []).append((p, x))
+  out = {}
   for group in groups.values():
     sums = jax.device_get(_checksums_jit([x for _, x in group]))
     out.update({path_str(p): [int(v) for v in s] for (p, _), s in zip(group, sums)
