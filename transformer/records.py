@@ -18,7 +18,7 @@ def to_json(value: Any) -> Any:
     return to_json(value.to_dict())
   if dataclasses.is_dataclass(value) and not isinstance(value, type):
     return to_json(dataclasses.asdict(value))
-  if hasattr(value, "to_dict") and callable(value.to_dict):  # ml_collections.ConfigDict
+  if hasattr(value, "to_dict") and callable(value.to_dict):  # a ConfigDict
     return to_json(value.to_dict())
   if isinstance(value, Mapping):
     return {str(k): to_json(v) for k, v in value.items()}
