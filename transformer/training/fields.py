@@ -120,7 +120,7 @@ class Optimization:
       optimizer_settings.paper_peak_learning_rate(512, 4000), Role.COMPUTES)
   schedule: str = declare("rsqrt", Role.COMPUTES)
   warmup_steps: int = declare(4000, Role.COMPUTES, at_least=0)
-  # Resumable, but for a schedule that decays over it (workdir_checks.training_changes).
+  # Resumable, but for a schedule that decays over it (workdir_checks._kind).
   num_train_steps: int = declare(100_000, Role.RESUMABLE, at_least=1)
   weight_decay: float = declare(0.1, Role.COMPUTES)
   adam_b1: float = declare(0.9, Role.COMPUTES)
