@@ -26,6 +26,7 @@ from transformer.errors import ConfigError  # noqa: E402
 from transformer.inference import lines  # noqa: E402
 from transformer.research import benchmarking  # noqa: E402
 from transformer.research.sweeps import grid  # noqa: E402
+from transformer.training import experiment  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
 _MODE = flags.DEFINE_list("mode", ["train"], f"What to measure: {', '.join(benchmarking.MODES)}.")
@@ -69,7 +70,7 @@ def main(argv):
   config = grid.named_point_config(_SWEEP.value, _POINT.value) if _SWEEP.value else \
       cli.config_of(_CONFIG)
   result = benchmarking.benchmark(
-      config, _MODE.value, _STEPS.value, _REPEATS.value,
+      experiment.parse(config), _MODE.value, _STEPS.value, _REPEATS.value,
       diagnostics_every=_DIAGNOSTICS_EVERY.value, decode_batch=_DECODE_BATCH.value,
       decode_tokens=_DECODE_TOKENS.value, profile_dir=_PROFILE.value,
       loop_steps=_LOOP_STEPS.value)

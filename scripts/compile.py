@@ -50,7 +50,7 @@ def table(directory: str, aggregate_only: bool, only: str = "") -> None:
           config = experiment.load_config(path)
           config.model.dtype, config.fsdp = "bfloat16", fsdp
           try:
-            report = compile_report.compile_report(config, target)
+            report = compile_report.compile_report(experiment.parse(config), target)
           except errors.ConfigError as e:  # no compiler for this target here: the others go on
             print(f"{name}: skipped ({e})", flush=True)
             continue
@@ -75,7 +75,8 @@ def main(argv):
   if _OUTPUT.value:  # before compiling, not after it
     storage.check_reachable(_OUTPUT.value, "--output")
     lines.check_writable(_OUTPUT.value)
-  report = compile_report.compile_report(cli.config_of(_CONFIG), _TARGET.value)
+  report = compile_report.compile_report(experiment.parse(cli.config_of(_CONFIG)),
+                                         _TARGET.value)
   print(compile_report.format_report(report))
   if _OUTPUT.value:
     storage.write_atomically(_OUTPUT.value, json.dumps(report, indent=1, sort_keys=True))

@@ -15,7 +15,7 @@ from conftest import REPO, forked_script_runs, script_env
 from transformer.config import ModelConfig
 from transformer.research import benchmarking
 from transformer.research.sweeps import grid
-from transformer.training import run
+from transformer.training import experiment, run
 from transformer.inference.decode_config import DecodeConfig
 
 
@@ -189,6 +189,7 @@ def test_the_loop_mode_runs_p1_at_a_tiny_size(tmp_path, tfds_dir):
   config.update(data_files=files["text"], tfds_data_dir=tfds_dir, batch_size=8, max_len=32)
   config.tokenizer.update(path=str(batch_identity.SPM_MODEL), vocab_size=320)
   config.model.update(d_model=32, num_heads=2, d_ff=64, num_decoder_layers=1)
-  result = benchmarking.benchmark(config, ["loop"], steps=1, repeats=1, loop_steps=8)
+  result = benchmarking.benchmark(experiment.parse(config), ["loop"], steps=1, repeats=1,
+                                  loop_steps=8)
   assert result["dtype"] == "bfloat16" and result["d_model"] == 32
   assert result["loop"]["timed_steps"] == 6 and result["loop"]["steps_per_sec"] > 0

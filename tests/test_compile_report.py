@@ -48,7 +48,8 @@ def _hand_state_bytes(params, devices, fsdp):
 @pytest.fixture(scope="module")
 def reports(tpu):
   """The tiny config's reports, all-data and FSDP over the 4 chips (compiled once)."""
-  return {fsdp: compile_report.compile_report(_tiny(fsdp), TARGET) for fsdp in (1, 4)}
+  return {fsdp: compile_report.compile_report(experiment.parse(_tiny(fsdp)), TARGET)
+          for fsdp in (1, 4)}
 
 
 @pytest.mark.parametrize("fsdp", [1, 4])
@@ -279,7 +280,7 @@ def test_a_gpu_host_compiles_without_a_gpu_and_its_arguments_are_the_state_and_r
   if importlib.util.find_spec("jax_cuda12_plugin") is None:
     pytest.skip(f"jax's CUDA plugin is not installed (pip install 'jax-cuda12-plugin=="
                 f"{jax.__version__}' 'jax-cuda12-pjrt=={jax.__version__}'): no GPU compiler here")
-  report = compile_report.compile_report(_tiny(4), f"{gpu}:4")
+  report = compile_report.compile_report(experiment.parse(_tiny(4)), f"{gpu}:4")
   # 'auto' in bf16 on an NVIDIA GPU is cuDNN's kernel, which JAX lowers only with a GPU
   # attached: compiled from a CPU host for an absent GPU, 'auto' is the einsum path.
   assert report["attention_kernel"] == "einsum"

@@ -1,5 +1,6 @@
-"""Every experiment field is declared once (transformer/training/fields.py): what validation, a
-resume, a sweep's identity and its inert handling do with a field follows from that one line."""
+"""Every experiment field is declared once (transformer/data/fields.py, training/fields.py):
+what validation, a resume, a sweep's identity and its inert handling do with a field follows
+from that one line."""
 
 import dataclasses
 

@@ -181,9 +181,7 @@ def test_planned_vocab_size_is_the_one_the_data_gives(data_dir):
   cfg = _config(data_dir, model=dict(vocab_size=None), tokenizer=dict(kind="sentencepiece"))
   assert settings.planned_vocab_size(cfg) == (pipeline.get_datasets(cfg).vocab_size,
                                               "the synthetic 'reverse' task")
-  cfg.model.vocab_size = 64
-  assert settings.planned_vocab_size(cfg) == (64, "model.vocab_size")
-  cfg.model.vocab_size, cfg.dataset = None, "text_files"
+  cfg.dataset = "text_files"
   cfg.tokenizer.kind = "bytes"
   assert settings.planned_vocab_size(cfg) == (259, "the byte tokenizer")
   cfg.tokenizer.update(kind="sentencepiece", vocab_size=500)

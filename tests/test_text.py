@@ -227,8 +227,8 @@ def test_missing_default_data_says_how_to_get_it(tmp_path):
 
 
 def test_a_data_only_config_reads_a_local_corpus_without_the_split_fields(tmp_path):
-  """A config of data fields alone (no test_fraction, no train_split: the experiment's
-  defaults, text.SPLIT_DEFAULTS) opens a local corpus."""
+  """A config of data fields alone (no test_fraction, no train_split: the data section's
+  defaults, data.fields.Data) opens a local corpus."""
   import ml_collections
 
   (tmp_path / "a.txt").write_text("".join(f"line {i} of the corpus\n\n" for i in range(40)))

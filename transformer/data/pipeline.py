@@ -24,11 +24,10 @@ import dataclasses
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
-import ml_collections
 import numpy as np
 
 from transformer import model_kinds, storage
-from transformer.data import settings, synthetic, text, token_store
+from transformer.data import fields, synthetic, text, token_store
 from transformer.data.packing import InOrderBatches, PadBatch, TrainBatches
 from transformer.data.prepared import read_examples
 from transformer.data.token_store import TokenStore
@@ -62,11 +61,11 @@ class Sources:
   prepared: Optional[Prepared] = None
 
 
-def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
-  s = config.synthetic
-  builder = synthetic.build_synthetic(config.get("tfds_data_dir"),
+def _synthetic_sources(data: fields.Data, workdir: str | None) -> Sources:
+  s = data.synthetic
+  builder = synthetic.build_synthetic(data.tfds_data_dir,
                                       **{k: s[k] for k in synthetic.DEFAULTS if k in s})
-  tokenizer = SyntheticTokenizer(s.task, builder.builder_config.vocab_size)
+  tokenizer = SyntheticTokenizer(builder.builder_config.task, builder.builder_config.vocab_size)
   if workdir:
     save_to_workdir(tokenizer, workdir)  # decoding reads every run's tokenizer the same way
   return Sources(train=builder.as_data_source("train"), eval=builder.as_data_source("validation"),
@@ -75,12 +74,12 @@ def _synthetic_sources(config: ml_collections.ConfigDict, workdir: str | None) -
                                    {"fields": "inputs, targets (ids)"}))
 
 
-def _text_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
-  splits = text.open_splits(config)
+def _text_sources(data: fields.Data, workdir: str | None) -> Sources:
+  splits = text.open_splits(data)
   tokenizer = get_tokenizer(
-      config.tokenizer, workdir=workdir, corpus_name=f"the train split of {splits.name}",
-      train_texts=lambda: text.training_texts(splits, config.tokenizer.train_examples,
-                                              text.split_seed(config)))
+      data.tokenizer, workdir=workdir, corpus_name=f"the train split of {splits.name}",
+      train_texts=lambda: text.training_texts(splits, data.tokenizer.train_examples,
+                                              text.split_seed(data)))
   return Sources(
       train=text.TokenizedSource(splits.train, splits.fields, tokenizer, f"{splits.name} train"),
       eval=text.TokenizedSource(splits.eval, splits.fields, tokenizer, f"{splits.name} eval"),
@@ -91,7 +90,7 @@ def _text_sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sou
       Prepared(splits.home, splits.split_names, {"fields": dict(splits.fields), **splits.reading}))
 
 
-SourcesFn = Callable[[ml_collections.ConfigDict, Optional[str]], Sources]
+SourcesFn = Callable[[fields.Data, Optional[str]], Sources]
 SOURCES: dict[str, SourcesFn] = {
     "synthetic": _synthetic_sources,
     "text_files": _text_sources,
@@ -99,12 +98,12 @@ SOURCES: dict[str, SourcesFn] = {
 }
 
 
-def _sources(config: ml_collections.ConfigDict, workdir: str | None) -> Sources:
-  if config.dataset in SOURCES:
-    return SOURCES[config.dataset](config, workdir)
-  if text.is_standard(config.dataset):
-    return _text_sources(config, workdir)
-  raise ConfigError(f"Unknown dataset {config.dataset!r}; known datasets: "
+def _sources(data: fields.Data, workdir: str | None) -> Sources:
+  if data.dataset in SOURCES:
+    return SOURCES[data.dataset](data, workdir)
+  if text.is_standard(data.dataset):
+    return _text_sources(data, workdir)
+  raise ConfigError(f"Unknown dataset {data.dataset!r}; known datasets: "
                    f"{', '.join(sorted(SOURCES) + list(text.STANDARD))} (any "
                    "wmtNN_translate/xx-yy too).")
 
@@ -178,52 +177,49 @@ class Datasets:
     return self.tokenizer.decode(ids)
 
 
-def get_datasets(config: ml_collections.ConfigDict, *, workdir: str | None = None,
+def get_datasets(config: Any, *, workdir: str | None = None,
                  process_index: int | None = None,
                  process_count: int | None = None) -> Datasets:
-  """Builds the pipelines of config.dataset for this process.
+  """Builds the pipelines of the dataset `fields.of(config)` names, for this process.
 
-  Reads config.dataset and its options (synthetic.*, data_files, eval_files, text_split,
-  eval_fraction, source_lang, target_lang, train_split, eval_split, tokenizer.*),
-  tfds_data_dir, batch_size (global), max_len (row length), seed, model_type, and optionally
-  packing (default 'none'), data_threads (processes that tokenize a split into its token
-  store the first time; 0: one per core) and data_prefetch (train batches made ahead). A text
-  dataset's tokenizer is loaded from, or trained and saved into, workdir (or tokenizer.path);
-  the synthetic one is saved there too.
+  Reads every field of the data section (transformer.data.fields.Data): the dataset and its
+  options, batch_size (global), max_len (row length), seed, model_type, packing, data_threads
+  and data_prefetch. A text dataset's tokenizer is loaded from, or trained and saved into,
+  workdir (or tokenizer.path); the synthetic one is saved there too.
   """
-  mode = config.get("packing") or "none"
+  data = fields.of(config)
   if process_index is None or process_count is None:
     import jax  # only here, so the data code never initialises a backend it does not need
     process_index = jax.process_index() if process_index is None else process_index
     process_count = jax.process_count() if process_count is None else process_count
   if not 0 <= process_index < process_count:
     raise ConfigError(f"process_index={process_index} is outside [0, {process_count}).")
-  if config.batch_size <= 0 or config.batch_size % process_count:
-    raise ConfigError(f"batch_size={config.batch_size} must be a positive multiple of the "
+  if data.batch_size <= 0 or data.batch_size % process_count:
+    raise ConfigError(f"batch_size={data.batch_size} must be a positive multiple of the "
                      f"process count {process_count}; set batch_size to a multiple of it.")
-  local_batch = config.batch_size // process_count
-  sources = _as_the_kind_reads(config, _sources(config, workdir))
+  local_batch = data.batch_size // process_count
+  sources = _as_the_kind_reads(data, _sources(data, workdir))
   num_train, num_eval = len(sources.train), len(sources.eval)
   if num_train < process_count:
-    raise ConfigError(f"Dataset {config.dataset!r} has {num_train} train examples, fewer than "
+    raise ConfigError(f"Dataset {data.dataset!r} has {num_train} train examples, fewer than "
                      f"the {process_count} processes; use a larger dataset.")
-  stores = {role: _store(config, sources, role) for role in ROLES
+  stores = {role: _store(data, sources, role) for role in ROLES
             if getattr(sources, role) is not None}
   # Each process's rows of every global batch (lanes): see packing.TrainBatches, _in_order.
   lanes = range(process_index * local_batch, (process_index + 1) * local_batch)
-  train = TrainBatches(PadBatch(stores["train"], local_batch, config.max_len),
-                       seed=config.seed, global_rows=config.batch_size, lanes=lanes, mode=mode,
-                       prefetch=settings.read_setting(config, "data_prefetch"))
-  evaluation = _in_order(config, stores["eval"], lanes)
-  test = _in_order(config, stores["test"], lanes) if "test" in stores else None
+  train = TrainBatches(PadBatch(stores["train"], local_batch, data.max_len),
+                       seed=data.seed, global_rows=data.batch_size, lanes=lanes,
+                       mode=data.packing, prefetch=data.data_prefetch)
+  evaluation = _in_order(data, stores["eval"], lanes)
+  test = _in_order(data, stores["test"], lanes) if "test" in stores else None
   return Datasets(vocab_size=sources.tokenizer.vocab_size, num_train_examples=num_train,
                   num_eval_examples=num_eval, num_eval_batches=len(evaluation),
-                  batch_size=local_batch, max_len=config.max_len,
-                  input_key_names=sources.keys, tokenizer=sources.tokenizer, packing=mode,
+                  batch_size=local_batch, max_len=data.max_len,
+                  input_key_names=sources.keys, tokenizer=sources.tokenizer, packing=data.packing,
                   _train=train, _eval=evaluation, _test=test, _train_store=stores["train"])
 
 
-def _store(config: ml_collections.ConfigDict, sources: Sources, role: str) -> TokenStore:
+def _store(data: fields.Data, sources: Sources, role: str) -> TokenStore:
   """The token store of split `role`: beside the prepared dataset (built there once), or in
   memory for splits that were never prepared as files (held in memory, or TFDS's mock data)."""
   source = getattr(sources, role)
@@ -237,17 +233,15 @@ def _store(config: ml_collections.ConfigDict, sources: Sources, role: str) -> To
                               sources.tokenizer.to_bytes())
   return token_store.open_or_build(
       source, sources.keys, vocab_size=sources.tokenizer.vocab_size, key=key,
-      home=prepared.home, description=f"the {split} split of {config.dataset}",
-      workers=settings.read_setting(config, "data_threads") or None)
+      home=prepared.home, description=f"the {split} split of {data.dataset}",
+      workers=data.data_threads or None)
 
 
-def _as_the_kind_reads(config: ml_collections.ConfigDict, sources: Sources) -> Sources:
-  """The sources as config.model_type's batches hold them (`model_kinds`): one line for a kind
+def _as_the_kind_reads(data: fields.Data, sources: Sources) -> Sources:
+  """The sources as data.model_type's batches hold them (`model_kinds`): one line for a kind
   that reads a row the data lacks; a pair read as one stream by a kind that reads one row."""
-  if not config.get("model_type"):
-    return sources
-  kind = model_kinds.get(config.model_type)
-  kind.check_rows(sources.keys, config.dataset)
+  kind = model_kinds.get(data.model_type)
+  kind.check_rows(sources.keys, data.dataset)
   if set(sources.keys) == set(kind.batch_keys):
     return sources
   prepared = sources.prepared and dataclasses.replace(
@@ -264,19 +258,18 @@ _EVAL_REMEDY = ("raise max_len (eval and test examples are scored one a row, fro
                 "start, whatever the packing)")
 
 
-def _in_order(config: ml_collections.ConfigDict, store: TokenStore,
-              lanes: range) -> InOrderBatches:
+def _in_order(data: fields.Data, store: TokenStore, lanes: range) -> InOrderBatches:
   """Eval (and test): global batches over the split in order, topped up with -1 (= zero
   rows); each process reads its rows, so every example is seen exactly once, on exactly one
   process."""
-  num_batches = _ceil_div(len(store), config.batch_size)
-  indices = np.full(num_batches * config.batch_size, -1, np.int64)
+  num_batches = _ceil_div(len(store), data.batch_size)
+  indices = np.full(num_batches * data.batch_size, -1, np.int64)
   indices[:len(store)] = np.arange(len(store))
-  rows = indices.reshape(num_batches, config.batch_size)[:, lanes.start:lanes.stop]
-  return InOrderBatches(PadBatch(store, len(lanes), config.max_len, remedy=_EVAL_REMEDY), rows)
+  rows = indices.reshape(num_batches, data.batch_size)[:, lanes.start:lanes.stop]
+  return InOrderBatches(PadBatch(store, len(lanes), data.max_len, remedy=_EVAL_REMEDY), rows)
 
 
-def measure_throughput(config: ml_collections.ConfigDict, seconds: float, *,
+def measure_throughput(config: Any, seconds: float, *,
                        workdir: str | None = None) -> dict[str, float]:
   """Host input pipeline alone: iterate train batches for `seconds`, count non-pad tokens.
 

@@ -1,10 +1,10 @@
 """Text datasets as random-access splits of raw text, and of token ids.
 
-`open_splits(config)` opens config.dataset: a local corpus (`local_corpora`: text_files,
+`open_splits(data)` opens data.dataset: a local corpus (`local_corpora`: text_files,
 parallel_text) or a standard TFDS dataset, read with `tfds.data_source` from tfds_data_dir
 (prepare it once where the internet is reachable, see docs/data.md):
   wmt14_translate/de-en, wmt17_translate/de-en (any wmtNN_translate/xx-yy): inputs =
-      config.source_lang, targets = config.target_lang; eval split 'validation'.
+      data.source_lang, targets = data.target_lang; eval split 'validation'.
   lm1b: targets = 'text'; eval split 'test'.
   tiny_shakespeare: one string per split, cut into documents by text_split; eval 'validation'.
 `TokenizedSource` turns a text split into id examples (EOS appended).
@@ -19,21 +19,11 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-from transformer.data import corpus_files, local_corpora
+from transformer.data import corpus_files, fields, local_corpora
 from transformer.data.prepared import read_examples
 from transformer.data.tokenizer import Tokenizer
 from transformer.errors import ConfigError, MissingFileError
 from transformer.token_ids import EOS_ID
-
-# The split fields' defaults: the one place of them, which the experiment config holds and a
-# data-only config may leave out.
-SPLIT_DEFAULTS = {"test_fraction": 0.0, "train_split": "train"}
-
-
-def split_setting(config: Any, name: str) -> Any:
-  """config's `name` of SPLIT_DEFAULTS, or its default where a data-only config has none."""
-  return config.get(name, SPLIT_DEFAULTS[name])
-
 
 _WMT = re.compile(r"^(wmt\d\d)_translate/([a-z]{2})-([a-z]{2})$")
 STANDARD = ("wmt14_translate/de-en", "wmt17_translate/de-en", "lm1b", "tiny_shakespeare")
@@ -51,24 +41,24 @@ def holds_pairs(name: str) -> Optional[bool]:
   return False if name in _LM_EVAL_SPLITS else None
 
 
-def check_standard(config: Any) -> None:
+def check_standard(data: fields.Data) -> None:
   """One line where a standard TFDS dataset is asked for a test split held out of it
   (test_fraction), or a translation dataset's source_lang / target_lang are not its pair's
   two languages (read off the name: wmtNN_translate/xx-yy)."""
-  if is_standard(config.dataset) and split_setting(config, "test_fraction"):
-    raise ConfigError(f"test_fraction={config.test_fraction} holds out a test split of a local "
-                      f"corpus (text_files, parallel_text), not of {config.dataset!r}; set it "
+  if is_standard(data.dataset) and data.test_fraction:
+    raise ConfigError(f"test_fraction={data.test_fraction} holds out a test split of a local "
+                      f"corpus (text_files, parallel_text), not of {data.dataset!r}; set it "
                       "to 0.")
-  wmt = _WMT.match(config.dataset)
+  wmt = _WMT.match(data.dataset)
   if not wmt:
     return
   langs = (wmt.group(2), wmt.group(3))
   for field in ("source_lang", "target_lang"):
-    if config[field] not in langs:
-      raise ConfigError(f"{field}={config[field]!r} is not a language of {config.dataset}; use "
-                        f"one of {list(langs)}.")
-  if config.source_lang == config.target_lang:
-    raise ConfigError(f"source_lang and target_lang are both {config.source_lang!r}; set them "
+    if getattr(data, field) not in langs:
+      raise ConfigError(f"{field}={getattr(data, field)!r} is not a language of {data.dataset}; "
+                        f"use one of {list(langs)}.")
+  if data.source_lang == data.target_lang:
+    raise ConfigError(f"source_lang and target_lang are both {data.source_lang!r}; set them "
                       "to the two languages of the pair.")
 
 
@@ -129,53 +119,54 @@ class TextSplits:
   reading: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def split_seed(config: Any) -> int:
-  """The seed that draws a local corpus's held-out splits: config.split_seed, else config.seed."""
-  fixed = config.get("split_seed")
-  return config.seed if fixed is None else fixed
+def split_seed(data: fields.Data) -> int:
+  """The seed that draws a local corpus's held-out splits: data.split_seed, else data.seed."""
+  return data.seed if data.split_seed is None else data.split_seed
 
 
 def open_splits(config: Any) -> TextSplits:
-  """The raw train and eval text splits of config.dataset (local builder or TFDS name)."""
-  name, data_dir = config.dataset, config.get("tfds_data_dir")
+  """The raw train and eval text splits of the dataset `fields.of(config)` names (local
+  builder or TFDS name)."""
+  data = fields.of(config)
+  name, data_dir = data.dataset, data.tfds_data_dir
   if name in local_corpora.LOCAL:
     try:
       builder = local_corpora.build_local(
-          name, data_dir, data_files=config.data_files, eval_files=config.get("eval_files"),
-          text_split=config.text_split, eval_fraction=config.eval_fraction,
-          test_fraction=split_setting(config, "test_fraction"), seed=split_seed(config))
+          name, data_dir, data_files=data.data_files, eval_files=data.eval_files,
+          text_split=data.text_split, eval_fraction=data.eval_fraction,
+          test_fraction=data.test_fraction, seed=split_seed(data))
     except MissingFileError as missing:  # the config may say how to get its default data
-      if not config.get("data_help"):
+      if not data.data_help:
         raise
-      raise MissingFileError(f"{missing} The config's own data_files: {config.data_help}."
+      raise MissingFileError(f"{missing} The config's own data_files: {data.data_help}."
                              ) from None
-    fields = {"inputs": "source", "targets": "target"} if holds_pairs(name) else \
+    keys = {"inputs": "source", "targets": "target"} if holds_pairs(name) else \
         {"targets": "text"}
     test = builder.as_data_source("test") if "test" in builder.info.splits else None
     return TextSplits(builder.as_data_source("train"), builder.as_data_source("validation"),
-                      fields, f"{name} ({config.data_files})", test, home=str(builder.data_dir),
+                      keys, f"{name} ({data.data_files})", test, home=str(builder.data_dir),
                       split_names={"train": "train", "eval": "validation", "test": "test"})
-  train_split = split_setting(config, "train_split")
+  train_split = data.train_split
   wmt = _WMT.match(name)
   if wmt:
     import tensorflow_datasets.translate  # noqa: F401  (registers every WMT year's builder)
-    eval_split = config.get("eval_split") or "validation"
+    eval_split = data.eval_split or "validation"
     train = _tfds_split(name, train_split, data_dir)
     return TextSplits(train, _tfds_split(name, eval_split, data_dir),
-                      {"inputs": config.source_lang, "targets": config.target_lang}, name,
+                      {"inputs": data.source_lang, "targets": data.target_lang}, name,
                       home=str(train.dataset_info.data_dir),
                       split_names={"train": train_split, "eval": eval_split})
   if name in _LM_EVAL_SPLITS:
     from tensorflow_datasets.text import lm1b, tiny_shakespeare  # noqa: F401  (registers them)
     default_eval = _LM_EVAL_SPLITS[name]
-    eval_split = config.get("eval_split") or default_eval
+    eval_split = data.eval_split or default_eval
     train = _tfds_split(name, train_split, data_dir)
     evaluation = _tfds_split(name, eval_split, data_dir)
     home, reading = str(train.dataset_info.data_dir), {}
     if name == "tiny_shakespeare":  # one huge string per split
-      train = Documents(train, "text", config.text_split, f"{name}/{train_split}")
-      evaluation = Documents(evaluation, "text", config.text_split, f"{name}/{eval_split}")
-      reading = {"text_split": config.text_split}
+      train = Documents(train, "text", data.text_split, f"{name}/{train_split}")
+      evaluation = Documents(evaluation, "text", data.text_split, f"{name}/{eval_split}")
+      reading = {"text_split": data.text_split}
     return TextSplits(train, evaluation, {"targets": "text"}, name, home=home,
                       split_names={"train": train_split, "eval": eval_split}, reading=reading)
   raise ConfigError(f"Unknown dataset {name!r}.")

@@ -28,6 +28,7 @@ from absl import logging
 from etils import epath
 
 from transformer.data import synthetic
+from transformer.data.fields import Tokenization
 from transformer.errors import ConfigError, MissingFileError, one_line
 from transformer.token_ids import EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
@@ -269,11 +270,11 @@ def load_tokenizer(workdir_or_path: str | os.PathLike) -> Tokenizer:
                    "and rerun training to write it again.")
 
 
-def get_tokenizer(cfg: Any, *, workdir: str | None, train_texts: Any,
+def get_tokenizer(cfg: Tokenization, *, workdir: str | None, train_texts: Any,
                   corpus_name: str) -> Tokenizer:
   """The tokenizer of a text dataset: loaded if saved, else made (trained) and saved.
 
-  cfg: config.tokenizer (kind, vocab_size, path, model_type, character_coverage).
+  cfg: the data's tokenizer section (kind, vocab_size, path, model_type, character_coverage).
   Where: cfg.path if set, else WORKDIR/tokenizer.model; a copy always lands in the workdir so
   `load_tokenizer(workdir)` works. train_texts(): an iterable of training sentences, called
   only when a SentencePiece model must be trained. With neither workdir nor path the model is
@@ -288,7 +289,7 @@ def get_tokenizer(cfg: Any, *, workdir: str | None, train_texts: Any,
       save_to_workdir(tok, workdir)
     return tok
   own = epath.Path(workdir) / SPM_FILE if workdir else None
-  path = epath.Path(cfg.path) if cfg.get("path") else own
+  path = epath.Path(cfg.path) if cfg.path else own
   if path is not None and path != own and not path.exists():
     if not path.parent.is_dir():
       raise MissingFileError(f"tokenizer.path={cfg.path}: its directory {path.parent} does not "

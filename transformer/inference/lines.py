@@ -12,13 +12,12 @@ import sys
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 import jax
-import ml_collections
 import numpy as np
 from absl import logging
 
 from transformer import models, storage
 from transformer.config import ModelConfig
-from transformer.data import corpus_files
+from transformer.data import corpus_files, fields
 from transformer.inference import bleu, decoding
 from transformer.inference.decode_config import DecodeConfig
 from transformer.data.tokenizer import Tokenizer
@@ -35,18 +34,18 @@ class Decodable(Protocol):
   tokenizer: Tokenizer
 
   @property
-  def config(self) -> ml_collections.ConfigDict:
-    """The experiment config it was trained with (its dataset says how prompts end)."""
+  def data(self) -> fields.Data:
+    """The data it was trained on (its dataset says how prompts end)."""
 
   @property
   def model_config(self) -> ModelConfig:
     """Its ModelConfig."""
 
 
-def prompt_ends_with_eos(experiment: ml_collections.ConfigDict) -> bool:
+def prompt_ends_with_eos(data: fields.Data) -> bool:
   """Whether an LM's prompt gets EOS appended: yes when it was trained on a seq2seq dataset
   read as inputs ++ targets (synthetic, parallel text, WMT), where EOS ends the source."""
-  dataset = str(experiment.get("dataset"))
+  dataset = str(data.dataset)
   return dataset in ("synthetic", "parallel_text") or "translate" in dataset
 
 
@@ -59,8 +58,7 @@ def model_input_limit(loaded: Decodable) -> int:
 def max_input_len(loaded: Decodable) -> int:
   """Input tokens a line may have by default (EOS included), as the model reads its input
   (`input_len`): a source as long as the training rows, a prompt up to `model_input_limit`."""
-  return loaded.model.input_len(int(loaded.config.get("max_len")
-                                    or loaded.model_config.max_len))
+  return loaded.model.input_len(int(loaded.data.max_len or loaded.model_config.max_len))
 
 
 def encode_lines(loaded: Decodable, lines: Sequence[str], max_len: Optional[int] = None,
@@ -69,7 +67,7 @@ def encode_lines(loaded: Decodable, lines: Sequence[str], max_len: Optional[int]
   prompts where `prompt_ends_with_eos`); an empty line gives []. A line longer than max_len
   is cut to its first max_len - 1 tokens + EOS (or its first max_len, without EOS)."""
   max_len = max_input_len(loaded) if max_len is None else max_len
-  add_eos = loaded.model.input_eos(prompt_ends_with_eos(loaded.config))
+  add_eos = loaded.model.input_eos(prompt_ends_with_eos(loaded.data))
   add_eos = add_eos if prompt_eos is None else prompt_eos
   out, truncated, unknown = [], 0, []
   for n, line in enumerate(lines, 1):

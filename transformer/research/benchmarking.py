@@ -13,7 +13,6 @@ Model FLOPs: `transformer.model_summary` (the one formula, also in every run's s
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import json
@@ -26,13 +25,12 @@ from typing import Any, Callable, Optional, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from transformer import diagnostics, models
 from transformer.attention import step_kernel
 from transformer.config import ModelConfig
-from transformer.data import pipeline
+from transformer.data import fields, pipeline
 from transformer.errors import ConfigError
 from transformer.inference import decoding
 from transformer.model_summary import train_flops
@@ -117,7 +115,7 @@ def mfu_figures(model_flops_per_sec: float, device_kind: str, num_devices: int, 
 class _Bench:
   """What every mode times: the Run, one random full-length batch and the state (the train
   modes carry it forward), and the settings of the timings."""
-  config: ml_collections.ConfigDict
+  data: fields.Data
   run: run.Run
   host: dict[str, np.ndarray]
   batch: Any  # a training batch (packed rows where the config packs)
@@ -133,10 +131,10 @@ class _Bench:
 
   @property
   def tokens_per_step(self) -> int:
-    return self.config.batch_size * self.config.max_len * len(self.run.model.batch_keys)
+    return self.data.batch_size * self.data.max_len * len(self.run.model.batch_keys)
 
 
-def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: int = 3,
+def benchmark(exp: experiment.Experiment, modes: Sequence[str], steps: int = 3,
               repeats: int = 3, *, diagnostics_every: int = 100, decode_batch: int = 1,
               decode_tokens: int = 256, profile_dir: Optional[str] = None,
               loop_steps: int = 200) -> dict[str, Any]:
@@ -156,8 +154,8 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   if min(steps, repeats) < 1:
     raise ConfigError(f"steps={steps} and repeats={repeats} must each be >= 1.")
   if set(modes) == {"data"}:  # the host's pipeline alone: no model to build
-    return {"device": "the host's CPU", "data": pipeline.measure_throughput(config, 10.0)}
-  bench, result = _setup(experiment.parse(config), steps, repeats)
+    return {"device": "the host's CPU", "data": pipeline.measure_throughput(exp.data, 10.0)}
+  bench, result = _setup(exp, steps, repeats)
   compiled = None
   if {"train", "diagnostics", "loop"} & set(modes):
     compiled = _train(bench, result, profile_dir)
@@ -166,11 +164,11 @@ def benchmark(config: ml_collections.ConfigDict, modes: Sequence[str], steps: in
   if "decode" in modes:  # greedy over the KV cache against re-running the decoder per token
     result["decode"] = benchmark_decoding(bench.run.model_config.replace(dropout_rate=0.0),
                                           decode_batch, decode_tokens, repeats=repeats,
-                                          model_type=config.model_type)
+                                          model_type=exp.data.model_type)
   if "data" in modes:  # the host input pipeline alone, on the config's own data
-    result["data"] = pipeline.measure_throughput(config, 10.0)
+    result["data"] = pipeline.measure_throughput(exp.data, 10.0)
   if "loop" in modes:  # the real loop beside the step
-    result["loop"] = loop_figures(config, loop_steps, result["train_step_seconds"])
+    result["loop"] = loop_figures(exp, loop_steps, result["train_step_seconds"])
   if "eval" in modes:
     eval_fn = bench.run.steps.eval
     seconds = statistics.median(time_call(
@@ -184,15 +182,14 @@ def _setup(exp: experiment.Experiment, steps: int,
   """The Run on the local devices, its random batch and fresh state, and the figures every
   mode shares (device, sizes, parameters, FLOPs per token, matmul peak)."""
   r = run.fresh(exp, run.device_mesh(exp, jax.local_devices()))
-  config = r.config
   cfg, model = r.model_config, r.model
-  B, L = config.batch_size, config.max_len
+  B, L = exp.data.batch_size, exp.data.max_len
   rng = np.random.default_rng(0)
   host = {k: rng.integers(3, cfg.vocab_size, (B, L)).astype(np.int32) for k in model.batch_keys}
-  if (config.get("packing") or "none") != "none":
+  if exp.data.packing != "none":
     host.update(packed_rows(model.batch_keys, B, L))
   peak = matmul_peak(cfg.dtype, repeats=repeats)
-  bench = _Bench(config, r, host, sharding.global_batch(host, r.mesh), r.state, steps, repeats,
+  bench = _Bench(exp.data, r, host, sharding.global_batch(host, r.mesh), r.state, steps, repeats,
                  peak)
   result = {
       "device": f"{jax.local_device_count()} x {jax.local_devices()[0].device_kind}",
@@ -221,7 +218,7 @@ def packed_rows(keys: Sequence[str], batch_size: int, length: int,
 
 
 def _train_flops(bench: _Bench, batch_size: int) -> float:
-  return train_flops(models.row_flops(bench.run.model, bench.config.max_len), batch_size)
+  return train_flops(models.row_flops(bench.run.model, bench.data.max_len), batch_size)
 
 
 def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) -> Any:
@@ -244,11 +241,11 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
   # Peak measured again after the steps; the larger (the conservative MFU) is used.
   bench.peak = max(bench.peak, matmul_peak(cfg.dtype, repeats=bench.repeats))
   result["matmul_peak_tflops"] = bench.peak / 1e12
-  flops = _train_flops(bench, bench.config.batch_size)
+  flops = _train_flops(bench, bench.data.batch_size)
   result.update(train_step_seconds=seconds, train_tokens_per_sec=bench.tokens_per_step / seconds,
                 train_model_tflops_per_sec=flops / seconds / 1e12,
                 attention_kernel=attention_kernel(cfg, bench.run.mesh,
-                                                  bench.config.max_len),
+                                                  bench.data.max_len),
                 **mfu_figures(flops / seconds, jax.local_devices()[0].device_kind,
                               jax.local_device_count(), cfg.dtype, bench.peak))
   if profile_dir:  # after the timings, so tracing does not perturb them
@@ -261,7 +258,7 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
   return compiled
 
 
-def loop_figures(config: ml_collections.ConfigDict, steps: int,
+def loop_figures(exp: experiment.Experiment, steps: int,
                  step_seconds: float) -> dict[str, float]:
   """The training loop itself (`loop.train_and_evaluate`: the config's data through its
   pipeline, the real step, a log line every config.log_every_steps) for `steps` steps in a
@@ -273,16 +270,15 @@ def loop_figures(config: ml_collections.ConfigDict, steps: int,
   (1.0: the loop runs at the step's pace), and the host's time per step inside the loop
   (`host_ms_per_step`) and the part of it waiting for batches (`input_ms_per_step`).
   """
-  every = min(config.log_every_steps, max(steps // 4, 1))
+  every = min(exp.loop.log_every_steps, max(steps // 4, 1))
   if steps < 2 * every:
     raise ConfigError(f"--loop_steps={steps} leaves no window after the first (which compiles); "
                       f"run at least {2 * every} steps.")
-  config = copy.deepcopy(config)
-  config.update(num_train_steps=steps, log_every_steps=every, eval_every_steps=steps,
-                checkpoint_every_steps=steps, diagnostics_every_steps=0, bleu_every_steps=0,
-                profile_steps="")
+  exp = experiment.changed(exp, num_train_steps=steps, log_every_steps=every,
+                           eval_every_steps=steps, checkpoint_every_steps=steps,
+                           diagnostics_every_steps=0, bleu_every_steps=0, profile_steps="")
   with tempfile.TemporaryDirectory(prefix="benchmark-loop-") as workdir:
-    loop.train_and_evaluate(experiment.parse(config), workdir, devices=jax.local_devices())
+    loop.train_and_evaluate(exp, workdir, devices=jax.local_devices())
     records = writers.read_metrics(workdir, "train")[1:]
   counts = [r["step"] - r["first_step"] + 1 for r in records]
   seconds = sum(n / r["steps_per_sec"] for n, r in zip(counts, records))

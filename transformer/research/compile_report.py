@@ -46,7 +46,6 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from transformer import models
@@ -374,24 +373,21 @@ def compile_train_step(exp: experiment.Experiment,
   """(compiled step, the Run with its abstract state): the train step of `exp` compiled for
   `devices` (attached or not), as training sets it up."""
   r = run.abstract(exp, run.device_mesh(exp, devices))
-  config = r.config
-  batch = {k: jax.ShapeDtypeStruct((config.batch_size, config.max_len), jnp.int32,
+  batch = {k: jax.ShapeDtypeStruct((exp.data.batch_size, exp.data.max_len), jnp.int32,
                                    sharding=sharding.batch_sharding(r.mesh))
            for k in r.model.batch_keys}
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding.replicated(r.mesh))
   return r.steps.train.lower(r.state, batch, rng).compile(), r
 
 
-def compile_report(config: ml_collections.ConfigDict | experiment.Experiment,
-                   target: str) -> dict[str, Any]:
-  """The report of the module docstring for `config` on `target` (see `target_devices`)."""
-  exp = experiment.parse(config)  # before the target's devices
-  config, (devices, chip) = exp.config, target_devices(target)
+def compile_report(exp: experiment.Experiment, target: str) -> dict[str, Any]:
+  """The report of the module docstring for `exp` on `target` (see `target_devices`)."""
+  data, (devices, chip) = exp.data, target_devices(target)
   compiled, r = compile_train_step(exp, devices)
   cfg, model, mesh, state = r.model_config, r.model, r.mesh, r.state
   n = len(devices)
   with jax.set_mesh(mesh):  # 'auto' as the step resolved it, for the target's chips
-    kernel = step_kernel(cfg, config.max_len)
+    kernel = step_kernel(cfg, data.max_len)
   memory = compiled.memory_analysis()
   mem = {"arguments": memory.argument_size_in_bytes, "outputs": memory.output_size_in_bytes,
          "aliased": memory.alias_size_in_bytes, "temporaries": memory.temp_size_in_bytes,
@@ -402,7 +398,7 @@ def compile_report(config: ml_collections.ConfigDict | experiment.Experiment,
   cost = (cost[0] if isinstance(cost, list) else cost) or {}  # None where XLA gives none (GPU)
   xla_flops = float(cost["flops"]) if "flops" in cost else None
   bytes_accessed = float(cost["bytes accessed"]) if "bytes accessed" in cost else None
-  analytic = train_flops(models.row_flops(model, config.max_len), config.batch_size) / n
+  analytic = train_flops(models.row_flops(model, data.max_len), data.batch_size) / n
   hlo = compiled.as_text()
   traffic = hbm_traffic(hlo)
   comms = collectives(hlo)
@@ -420,8 +416,8 @@ def compile_report(config: ml_collections.ConfigDict | experiment.Experiment,
   result = {
       "target": target, "chip": chip.name, "devices": n, "device_kind": devices[0].device_kind,
       "mesh": dict(mesh.shape), "attention_kernel": kernel,
-      "batch_size": config.batch_size, "max_len": config.max_len,
-      "tokens_per_step": config.batch_size * config.max_len * len(model.batch_keys),
+      "batch_size": data.batch_size, "max_len": data.max_len,
+      "tokens_per_step": data.batch_size * data.max_len * len(model.batch_keys),
       "dtype": cfg.dtype, "param_dtype": cfg.param_dtype,
       "vocab_size": cfg.output_vocab_size, "vocab_from": exp.vocab_from,
       "params": int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(state.params))),
@@ -434,7 +430,7 @@ def compile_report(config: ml_collections.ConfigDict | experiment.Experiment,
                            "roofline": "analytic" if counted == analytic else "xla"},
       "bytes_accessed_per_device": bytes_accessed, "hbm_traffic_per_device": traffic,
       "kernels": kernel_count(hlo),
-      "big_float32_buffers": big_float32_buffers(hlo, config.max_len, cfg.output_vocab_size),
+      "big_float32_buffers": big_float32_buffers(hlo, data.max_len, cfg.output_vocab_size),
       "collectives": comms, "collective_bytes_per_device": comm_bytes,
       "roofline_seconds": times, "step_seconds_estimate": step,
       "mfu_estimate": {k: analytic / t / peak for k, t in step.items()},

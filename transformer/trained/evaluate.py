@@ -14,7 +14,6 @@ import json
 from typing import Any, Optional
 
 import jax
-import ml_collections
 import numpy as np
 
 from transformer import storage
@@ -29,12 +28,11 @@ from transformer.training.heldout import decode_eval_split
 EVAL_DIR = "eval"  # WORKDIR/eval/<step>/: results.json, hypotheses.txt, references.txt
 
 
-def check_run_data(loaded: loading.Loaded,
-                   config: Optional[ml_collections.ConfigDict] = None) -> None:
+def check_run_data(loaded: loading.Loaded, exp: Optional[experiment.Experiment] = None) -> None:
   """One line where a loaded run's data cannot be its own: its data files hold other text
   than it was trained on (its held-out split would be other text), or a data path is on
   gs:// without gcsfs. Before any work or any file is written."""
-  experiment.check_paths_reachable(config or loaded.config, prefix="the run's ")
+  experiment.check_paths_reachable((exp or loaded.experiment).config, prefix="the run's ")
   changed = workdir_checks.changed_data_files(loaded.identity, loaded.experiment.data,
                                               loaded.workdir)
   if changed:
@@ -45,13 +43,13 @@ def check_run_data(loaded: loading.Loaded,
 
 
 def run_datasets(loaded: loading.Loaded,
-                 config: Optional[ml_collections.ConfigDict] = None) -> pipeline.Datasets:
-  """The datasets of a loaded run (`config`: its recorded experiment's, or a copy with
-  eval-time changes such as the batch size), after `check_run_data`. Every reader of a run's
-  data (evaluate, analyze, the sweep runner) takes them here."""
-  check_run_data(loaded, config)
+                 exp: Optional[experiment.Experiment] = None) -> pipeline.Datasets:
+  """The datasets of a loaded run (`exp`: its recorded experiment, or one with eval-time
+  changes such as the batch size, `experiment.changed`), after `check_run_data`. Every reader
+  of a run's data (evaluate, analyze, the sweep runner) takes them here."""
+  check_run_data(loaded, exp)
   try:
-    return pipeline.get_datasets(config or loaded.config, workdir=loaded.workdir)
+    return pipeline.get_datasets((exp or loaded.experiment).data, workdir=loaded.workdir)
   except UserError as e:
     raise InferenceError(
         f"The data of {loaded.workdir} cannot be read ({' '.join(str(e).split())}).") from None
@@ -74,11 +72,10 @@ def evaluate_workdir(workdir: str, *, step: Optional[int] = None,
   workdir_checks.check_writable(out_dir, "evaluation writes its results there: make the workdir "
                                 "writable, or evaluate a writable copy of it",
                                 what="The results directory")
-  exp = ml_collections.ConfigDict(loaded.config.to_dict())
-  if tfds_data_dir:
-    exp.tfds_data_dir = tfds_data_dir
   devices = jax.device_count()
-  exp.batch_size = -(-(batch_size or exp.batch_size) // devices) * devices  # splits evenly
+  exp = experiment.changed(  # a batch that splits evenly over the devices
+      loaded.experiment, tfds_data_dir=tfds_data_dir or loaded.data.tfds_data_dir,
+      batch_size=-(-(batch_size or loaded.data.batch_size) // devices) * devices)
   datasets = run_datasets(loaded, exp)
   r = loaded.as_run(exp)
   results: dict[str, Any] = {"workdir": workdir, "step": loaded.step, "split": "eval"}

@@ -12,12 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-import ml_collections
 from absl import logging
 
 from transformer import checkpoint, models
-from transformer.config import ModelConfig
 from transformer.data import tokenizer as tokenizers
+from transformer.data.fields import Data
 from transformer.errors import InferenceError, MissingFileError, RunError, one_line
 from transformer.training import run
 from transformer.training.experiment import Experiment, OfExperiment, recorded, with_defaults
@@ -35,12 +34,11 @@ class Loaded(OfExperiment):
   # What the run read beyond its config (training.workdir_checks.run_identity).
   identity: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-  def as_run(self, config: Optional[ml_collections.ConfigDict] = None) -> run.Run:
-    """The `run.Run` of these params on every device (`config`: the recorded experiment's,
-    or a copy with eval-time changes such as the batch size): mesh, steps and the params
-    placed."""
-    return run.for_reading(self.experiment if config is None else
-                           recorded(config, self.model_config), self.params)
+  def as_run(self, exp: Optional[Experiment] = None) -> run.Run:
+    """The `run.Run` of these params on every device (`exp`: the recorded experiment, or one
+    with eval-time changes such as the batch size, `experiment.changed`): mesh, steps and the
+    params placed."""
+    return run.for_reading(exp or self.experiment, self.params)
 
 
 def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = None) -> Loaded:
@@ -59,14 +57,14 @@ def load(workdir: str, step: Optional[int] = None, tokenizer: Optional[str] = No
     raise InferenceError(f"Checkpoint {step} of {workdir} has no experiment config in its "
                          "record, so it was not written by scripts/train.py; pass the workdir "
                          "of a training run.")
-  experiment = with_defaults(record["experiment"])
+  exp = recorded(with_defaults(record["experiment"]), model_config)
   _say_if_config_file_differs(workdir, step, record)
   if tokenizer is None:  # before reading it: a file not the run's own may not parse at all
     _check_own_tokenizer(workdir, record)
-  tok = _tokenizer(workdir, experiment, tokenizer)
-  _check_vocab(tok, model_config, experiment, tokenizer or workdir)
-  model = run.build_model(experiment.get("model_type", "seq2seq"), model_config)
-  return Loaded(workdir, step, model, params, recorded(experiment, model_config), tok,
+  tok = _tokenizer(workdir, exp.data, tokenizer)
+  _check_vocab(tok, exp, tokenizer or workdir)
+  model = run.build_model(exp.data.model_type, model_config)
+  return Loaded(workdir, step, model, params, exp, tok,
                 dict(record.get(checkpoint.IDENTITY_KEY) or {}))
 
 
@@ -90,13 +88,13 @@ def _say_if_config_file_differs(workdir: str, step: int, record: dict[str, Any])
                     step, ", ".join(fields[:3]), more)
 
 
-def _tokenizer(workdir: str, experiment: ml_collections.ConfigDict, path: Optional[str]):
+def _tokenizer(workdir: str, data: Data, path: Optional[str]) -> tokenizers.Tokenizer:
   try:
     return tokenizers.load_tokenizer(path or workdir)
   except MissingFileError as e:
-    if path is None and experiment.get("dataset") == "synthetic":
-      s = experiment.synthetic  # a run from before workdirs held their tokenizer
-      return tokenizers.SyntheticTokenizer(s.task, s.vocab_size)
+    if path is None and data.dataset == "synthetic":
+      s = data.synthetic  # a run from before workdirs held their tokenizer
+      return tokenizers.SyntheticTokenizer(s["task"], s["vocab_size"])
     raise InferenceError(one_line(e, limit=1000)) from None
 
 
@@ -111,12 +109,11 @@ def _check_own_tokenizer(workdir: str, reference: dict[str, Any]) -> None:
                          "--tokenizer=FILE).")
 
 
-def _check_vocab(tok: Any, model_config: ModelConfig, experiment: ml_collections.ConfigDict,
-                 where: str) -> None:
+def _check_vocab(tok: Any, exp: Experiment, where: str) -> None:
   """The tokenizer must be the one the model was trained with: the same vocabulary size
   (or, where model.vocab_size was set by hand, one that fits in it)."""
-  size, want = int(tok.vocab_size), model_config.vocab_size
-  set_by_hand = (experiment.get("model") or {}).get("vocab_size") is not None
+  size, want = int(tok.vocab_size), exp.model.vocab_size
+  set_by_hand = (exp.config.get("model") or {}).get("vocab_size") is not None
   if size > want or (size != want and not set_by_hand):
     raise InferenceError(
         f"The tokenizer of {where} has {size} ids but the checkpoint's model has "

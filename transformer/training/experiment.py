@@ -73,8 +73,8 @@ def _config_fields(section: type) -> dict[str, Any]:
   out: dict[str, Any] = {}
   for f in dataclasses.fields(section):
     value = fields.default(f)
-    if f.name in fields.NESTED:
-      value = ml_collections.ConfigDict(_config_fields(fields.NESTED[f.name]))
+    if fields.nested(f) is not None:
+      value = ml_collections.ConfigDict(_config_fields(fields.nested(f)))
     elif isinstance(value, dict):
       value = ml_collections.ConfigDict(value)
     elif value is None and f.metadata["unset"] is not None:
@@ -112,7 +112,7 @@ class Experiment:
 
 class OfExperiment:
   """What is built from an experiment (a Run, a loaded checkpoint) reads its fields as
-  `config` and its typed ModelConfig as `model_config`."""
+  `config`, its typed ModelConfig as `model_config` and its data section as `data`."""
   experiment: Experiment
 
   @property
@@ -122,6 +122,10 @@ class OfExperiment:
   @property
   def model_config(self) -> ModelConfig:
     return self.experiment.model
+
+  @property
+  def data(self) -> fields.Data:
+    return self.experiment.data
 
 
 def parse(config: ml_collections.ConfigDict | Experiment) -> Experiment:
@@ -137,6 +141,14 @@ def recorded(config: ml_collections.ConfigDict, model: ModelConfig) -> Experimen
   """The Experiment a checkpoint recorded (its fields, read by `with_defaults`, and its
   ModelConfig): read as it ran, not checked again (its data may be gone, its paths moved)."""
   return Experiment(_frozen(config), model, "the checkpoint's record")
+
+
+def changed(exp: Experiment, **fields_: Any) -> Experiment:
+  """The experiment with top-level fields changed (an evaluation's batch size and data
+  directory, a benchmark's loop settings), its ModelConfig kept; not checked again."""
+  config = exp.config.as_configdict()
+  config.update(fields_)
+  return Experiment(_frozen(config), exp.model, exp.vocab_from)
 
 
 def _frozen(config: ml_collections.ConfigDict) -> ml_collections.FrozenConfigDict:
@@ -219,7 +231,9 @@ def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
   settings.check_data_config(config)  # before any data is prepared or tokenizer trained
   for section in (fields.Optimization, fields.Loss, fields.Loop):  # each checks itself
     fields.build(section, config).check()
-  vocab_size, vocab_from = settings.planned_vocab_size(config)
+  vocab_size, vocab_from = ((int(config.model.vocab_size), "model.vocab_size")
+                            if config.model.get("vocab_size") else
+                            settings.planned_vocab_size(config))
   model = model_config(config, vocab_size)  # the model's own checks
   if model.dtype == "float16":
     raise ConfigError("model.dtype='float16' needs loss scaling, which training does not do; "

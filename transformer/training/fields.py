@@ -1,8 +1,9 @@
-"""Every experiment field beside the model's, declared once: its default, its bounds and its
-role, in the typed section it belongs to. What the rest of the house knows of a field follows
-from its declaration here:
+"""The experiment's sections beside the model's: the data's (declared in the data layer,
+transformer.data.fields) and the optimization, loss and loop ones declared here, each field
+once with its default, its bounds and its role (transformer.sections). What the rest of the
+house knows of a field follows from its declaration:
 
-  experiment.base_config   the defaults of configs/*.py (the ml_collections form)
+  experiment.base_config   the defaults of configs/*.py (as a config file holds them)
   experiment.validate      the integer bounds (`at_least`)
   workdir_checks           what a resume may change: a data-stream field (Role.SOURCE or
                            Role.STREAM) only under allow_data_change, a field that changes what
@@ -17,89 +18,20 @@ from its declaration here:
 A field a config adds that no section declares changes what the run computes (Role.COMPUTES):
 a resume that changes it is refused, as for any setting not known to be safe.
 
-The sections are frozen dataclasses; `sections(config)` builds them from a config, so that code
-reads `exp.optimization.learning_rate` where it reads a typed attribute.
+The sections are frozen dataclasses; `build(section, config)` makes one of a config, so that
+code reads `exp.optimization.learning_rate` where it reads a typed attribute.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from transformer.data import settings, synthetic, text
+from transformer.data.fields import Data, Tokenization  # noqa: F401  (one of SECTIONS)
 from transformer.errors import ConfigError
+from transformer.sections import Role, build, declare, default, nested  # noqa: F401
 from transformer.training import optimizer_settings
-
-
-class Role(enum.Enum):
-  """What changing a field does to a run."""
-  SOURCE = "the text the data come from, how it is split and tokenized"
-  STREAM = "the rest of which examples the stream holds, and their order"
-  COMPUTES = "what the run computes otherwise"
-  RESUMABLE = "how long it trains, how it is watched, saved and laid out"
-  INERT = "nothing the run computes"
-
-
-def declare(default: Any, role: Role, *, at_least: Optional[int] = None,
-            unset: Optional[type] = None, path: bool = False,
-            factory: Optional[Callable[[], Any]] = None) -> Any:
-  """A section field: `default` (or `factory()` for a mutable one), its role, and `at_least`:
-  an integer >= that bound (0: 'off' allowed). `unset`: the type of a field whose default is
-  None (an ml_collections placeholder, so that --config.FIELD=VALUE is typed). `path`: it names
-  files or a directory the data is read from or built in (checked reachable before any work)."""
-  metadata = {"role": role, "at_least": at_least, "unset": unset, "path": path}
-  if factory is not None:
-    return dataclasses.field(default_factory=factory, metadata=metadata)
-  return dataclasses.field(default=default, metadata=metadata)
-
-
-@dataclasses.dataclass(frozen=True)
-class Tokenizer:
-  """config.tokenizer: how the text becomes ids (transformer.data.tokenizer)."""
-  kind: str = declare("sentencepiece", Role.SOURCE)  # or 'bytes' (no training)
-  vocab_size: int = declare(8000, Role.SOURCE)
-  path: Optional[str] = declare(None, Role.SOURCE, unset=str)  # None: WORKDIR/tokenizer.model
-  model_type: str = declare("unigram", Role.SOURCE)  # SentencePiece's algorithm
-  character_coverage: float = declare(0.9995, Role.SOURCE)
-  train_examples: int = declare(1_000_000, Role.SOURCE, at_least=1)
-
-
-@dataclasses.dataclass(frozen=True)
-class Data:
-  """Which examples a run reads, how they are cut into rows and in what order."""
-  model_type: str = declare("seq2seq", Role.STREAM)  # the model kind: how it lays out a row
-  dataset: str = declare("synthetic", Role.SOURCE)
-  synthetic: Mapping[str, Any] = declare(None, Role.STREAM,
-                                         factory=lambda: dict(synthetic.DEFAULTS))
-  tfds_data_dir: Optional[str] = declare(None, Role.RESUMABLE, unset=str,
-                                          path=True)  # None: ~/tensorflow_datasets
-  # Text datasets (transformer/data/text.py): text_files, parallel_text, or a TFDS name.
-  data_files: Optional[str] = declare(None, Role.SOURCE, unset=str,
-                                       path=True)  # files, globs, dirs; comma-separated
-  eval_files: Optional[str] = declare(None, Role.SOURCE, unset=str,
-                                       path=True)  # None: hold out eval_fraction
-  data_help: str = declare("", Role.INERT)  # how to get a config's default data_files
-  eval_fraction: float = declare(0.01, Role.SOURCE)
-  # > 0: also hold out this fraction of a local corpus as a test split, scored once at the
-  # end of training ('test' records): settings chosen on validation are reported on test.
-  test_fraction: float = declare(text.SPLIT_DEFAULTS["test_fraction"], Role.SOURCE)
-  text_split: str = declare("paragraph", Role.SOURCE)  # documents: 'paragraph' or 'line'
-  source_lang: str = declare("de", Role.STREAM)  # translation TFDS datasets (wmtNN_translate/xx-yy)
-  target_lang: str = declare("en", Role.STREAM)
-  train_split: str = declare(text.SPLIT_DEFAULTS["train_split"], Role.STREAM)
-  eval_split: Optional[str] = declare(None, Role.COMPUTES, unset=str)  # None: the held-out split
-  packing: str = declare("none", Role.STREAM)  # 'none', 'pack', 'concat' (data.packing)
-  tokenizer: Tokenizer = declare(None, Role.SOURCE, factory=Tokenizer)
-  data_threads: int = declare(settings.READ_DEFAULTS["data_threads"], Role.INERT, at_least=0)
-  data_prefetch: int = declare(settings.READ_DEFAULTS["data_prefetch"], Role.INERT, at_least=0)
-  batch_size: int = declare(64, Role.STREAM, at_least=1)  # global, over all devices and hosts
-  max_len: int = declare(32, Role.STREAM, at_least=1)  # tokens per row (inputs and targets)
-  seed: int = declare(0, Role.STREAM)  # the data order, the initialisation, the dropout masks
-  # The seed that draws a local corpus's validation and test splits; None: `seed`. Fixed
-  # across a sweep's seeds, every seed is selected and scored on the same held-out text.
-  split_seed: Optional[int] = declare(None, Role.SOURCE, unset=int)
 
 
 def _finite_number(name: str, value: Any, zero_allowed: bool, off: str = "") -> None:
@@ -215,8 +147,6 @@ class Loop:
 # The sections of an experiment config, in the order base_config lays them out; a config's
 # `model` (ModelConfig's fields and a recipe) is declared by ModelConfig itself.
 SECTIONS: tuple[type, ...] = (Data, Optimization, Loss, Loop)
-# The sections that are a sub-config of their own (config.tokenizer), not flat fields.
-NESTED: dict[str, type] = {"tokenizer": Tokenizer}
 
 
 def declared(sections: Sequence[type] = ()) -> dict[str, dataclasses.Field]:
@@ -226,8 +156,8 @@ def declared(sections: Sequence[type] = ()) -> dict[str, dataclasses.Field]:
   for section in sections or SECTIONS:
     for f in dataclasses.fields(section):
       found[f.name] = f
-      if f.name in NESTED:
-        found.update({f"{f.name}.{g.name}": g for g in dataclasses.fields(NESTED[f.name])})
+      if nested(f) is not None:
+        found.update({f"{f.name}.{g.name}": g for g in dataclasses.fields(nested(f))})
   return found
 
 
@@ -246,23 +176,3 @@ def bounds(sections: Sequence[type] = ()) -> dict[str, int]:
 def paths(sections: Sequence[type] = ()) -> tuple[str, ...]:
   """The top-level fields that name files or directories the data is read from."""
   return tuple(k for k, f in declared(sections).items() if "." not in k and f.metadata["path"])
-
-
-def default(f: dataclasses.Field) -> Any:
-  """A field's declared default."""
-  if f.default_factory is not dataclasses.MISSING:
-    return f.default_factory()
-  return f.default
-
-
-def build(section: type, fields: Mapping[str, Any]) -> Any:
-  """The frozen `section` of a config's fields (a field the config lacks at its default)."""
-  values = {}
-  for f in dataclasses.fields(section):
-    value = fields.get(f.name, default(f)) if hasattr(fields, "get") else default(f)
-    if f.name in NESTED and not isinstance(value, NESTED[f.name]):
-      value = build(NESTED[f.name], value or {})
-    elif hasattr(value, "to_dict"):  # a sub-config held as a mapping (config.synthetic)
-      value = value.to_dict()
-    values[f.name] = value
-  return section(**values)

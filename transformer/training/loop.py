@@ -33,15 +33,14 @@ from transformer.training.writers import MetricWindow, MetricWriter, read_metric
 
 def _get_datasets(exp: experiment.Experiment, workdir: str) -> pipeline.Datasets:
   """Process 0 prepares the data (and tokenizer) first; the others then read what it wrote."""
-  config = exp.config  # the data layer reads the config's data fields (data.settings)
   if jax.process_count() == 1:
-    return pipeline.get_datasets(config, workdir=workdir)
+    return pipeline.get_datasets(exp.data, workdir=workdir)
   from jax.experimental import multihost_utils
   if jax.process_index() == 0:
-    datasets = pipeline.get_datasets(config, workdir=workdir)
+    datasets = pipeline.get_datasets(exp.data, workdir=workdir)
   multihost_utils.sync_global_devices("transformer: datasets prepared")
   if jax.process_index() != 0:
-    datasets = pipeline.get_datasets(config, workdir=workdir)
+    datasets = pipeline.get_datasets(exp.data, workdir=workdir)
   return datasets
 
 

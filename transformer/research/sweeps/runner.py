@@ -139,11 +139,11 @@ def length_losses(run_dir: str, factors: Sequence[int]) -> dict[str, float]:
   r = loaded.as_run()
   out = {}
   for factor in factors:
-    exp = ml_collections.ConfigDict(loaded.config.to_dict())
-    exp.max_len = int(loaded.config.max_len * factor)
-    if exp.max_len > loaded.model.config.max_len:
-      raise ConfigError(f"length factor {factor} needs model.max_len >= {exp.max_len}.")
-    exp.batch_size = max(r.mesh.devices.size, loaded.config.batch_size // factor)
+    max_len = int(loaded.data.max_len * factor)
+    if max_len > loaded.model_config.max_len:
+      raise ConfigError(f"length factor {factor} needs model.max_len >= {max_len}.")
+    exp = experiment.changed(loaded.experiment, max_len=max_len, batch_size=max(
+        r.mesh.devices.size, loaded.data.batch_size // factor))
     datasets = evaluate.run_datasets(loaded, exp)
     out[f"length_{factor:g}x/loss"] = steps.split_metrics(r.steps.eval, r.state.params,
                                                      datasets.eval_batches(), r.mesh)["loss"]
@@ -421,7 +421,7 @@ class Pace:
   """How long a point should take: `seconds(config, first)` for a point of `config` (`first`:
   the first of its arm, which compiles) -> (seconds, a qualifier of them or ''), and the words
   the plan's head says of it."""
-  seconds: Callable[[ml_collections.ConfigDict, bool], tuple[float, str]]
+  seconds: Callable[[experiment.Experiment, bool], tuple[float, str]]
   describe: str
 
 
@@ -429,21 +429,19 @@ def measured_pace(sweep: Sweep) -> Pace:
   """The benchmark's train step of the sweep's first point on this machine's devices (random
   full-length batches): a point is its steps at that step time, plus one compilation for the
   first of an arm (the others read its programs from the cache)."""
-  step = benchmarking.benchmark(point_config(sweep, expand(sweep)[0]), ["train"], steps=2,
-                                repeats=1)
+  step = benchmarking.benchmark(experiment.parse(point_config(sweep, expand(sweep)[0])),
+                                ["train"], steps=2, repeats=1)
   mfu = f", MFU {step['mfu']:.1%}" if step.get("mfu") else ""
-  return Pace(lambda config, first: (config.num_train_steps * step["train_step_seconds"]
+  return Pace(lambda exp, first: (exp.optimization.num_train_steps * step["train_step_seconds"]
                                      + (step["compile_seconds"] if first else 0.0), ""),
               f"at {step['train_step_seconds'] * 1e3:.1f} ms a step on {step['device']}{mfu}, "
               f"and {step['compile_seconds']:.0f} s of compilation an arm; evaluations, "
               "diagnostics and the test split add to it")
 
 
-def _shape(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
-  """(d_model, encoder layers, decoder layers) of the model a config builds (its recipe's
-  where the config leaves them)."""
-  model = experiment.parse(config).model
-  return model.d_model, model.num_encoder_layers, model.num_decoder_layers
+def _shape(exp: experiment.Experiment) -> tuple[int, int, int]:
+  """(d_model, encoder layers, decoder layers) of an experiment's model."""
+  return exp.model.d_model, exp.model.num_encoder_layers, exp.model.num_decoder_layers
 
 
 def points_pace(directories: Sequence[str]) -> Pace:
@@ -457,37 +455,36 @@ def points_pace(directories: Sequence[str]) -> Pace:
   same loop takes no longer); above every measured shape, the largest's pace times the ratio
   of FLOPs a step ('est.')."""
   per_step: dict[tuple, list[float]] = {}
-  configs: dict[tuple, ml_collections.ConfigDict] = {}
+  exps: dict[tuple, experiment.Experiment] = {}
   for directory in directories:
     for r in load_results(directory):
       if r.get("seconds") and r.get("step") and "config" in r:
-        config = experiment.with_defaults(r["config"])
-        per_step.setdefault(_shape(config), []).append(r["seconds"] / r["step"])
-        configs.setdefault(_shape(config), config)
+        exp = experiment.parse(experiment.with_defaults(r["config"]))
+        per_step.setdefault(_shape(exp), []).append(r["seconds"] / r["step"])
+        exps.setdefault(_shape(exp), exp)
   if not per_step:
     raise ConfigError(f"--pace_from={','.join(directories)} holds no finished point with its "
                       "time; give a sweep workdir whose points ran (or leave it out to measure "
                       "the step here).")
   measured = {shape: float(np.median(v)) for shape, v in per_step.items()}
-  flops = {shape: run.step_flops(experiment.parse(configs[shape])) for shape in measured}
+  flops = {shape: run.step_flops(exps[shape]) for shape in measured}
 
-  def seconds(config: ml_collections.ConfigDict, first: bool) -> tuple[float, str]:
+  def seconds(exp: experiment.Experiment, first: bool) -> tuple[float, str]:
     del first  # a measured point's time holds its compilation where it had one
-    shape = _shape(config)
+    shape, steps_ = _shape(exp), exp.optimization.num_train_steps
     if shape in measured:
-      return config.num_train_steps * measured[shape], ""
-    own = run.step_flops(experiment.parse(config))
+      return steps_ * measured[shape], ""
+    own = run.step_flops(exp)
     larger = [s for s in measured if flops[s] >= own]
     smaller = [s for s in measured if flops[s] < own]
     if larger and smaller:
       low, high = max(smaller, key=flops.get), min(larger, key=flops.get)
       at = (own - flops[low]) / (flops[high] - flops[low])
-      return config.num_train_steps * (measured[low] + at * (measured[high] - measured[low])), \
-          "interp."
+      return steps_ * (measured[low] + at * (measured[high] - measured[low])), "interp."
     if larger:
-      return config.num_train_steps * measured[min(larger, key=flops.get)], "at most"
+      return steps_ * measured[min(larger, key=flops.get)], "at most"
     top = max(measured, key=flops.get)
-    return config.num_train_steps * measured[top] * own / flops[top], "est."
+    return steps_ * measured[top] * own / flops[top], "est."
 
   counts = ", ".join(f"{measured[s] * 1e3:.1f} ms a step at d_model {s[0]} x {s[1] + s[2]} "
                      f"({len(per_step[s])} points)" for s in sorted(measured))
@@ -508,8 +505,8 @@ def plan(sweep: Sweep, workdir: str, pace: Pace, lease_seconds: Optional[float] 
   started = {arm_key(sweep, r["overrides"].items()) for r in results}
   lines, times, now, edge = [], [], 0, 0.0
   for n, (_, point, later) in enumerate(planned, 1):
-    config = point_config(sweep, point)
-    seconds, qualifier = pace.seconds(config, later is None and
+    exp = experiment.parse(point_config(sweep, point))
+    seconds, qualifier = pace.seconds(exp, later is None and
                                       arm_key(sweep, point.overrides) not in started)
     started.add(arm_key(sweep, point.overrides))
     times.append(seconds)
@@ -517,9 +514,9 @@ def plan(sweep: Sweep, workdir: str, pace: Pace, lease_seconds: Optional[float] 
     if later is None:
       now += 1
       role = "reports" if point.seed in sweep.confirm_seeds else "chooses"
-      d_model, *layers = _shape(config)
+      d_model, *layers = _shape(exp)
       lines.append(f"{n:3d}. {point.name}  ({role}, d_model {d_model} x {sum(layers)}, "
-                   f"{config.num_train_steps} steps, {times_of})")
+                   f"{exp.optimization.num_train_steps} steps, {times_of})")
     else:
       edge = max(edge, seconds)
       lines.append(f"{n:3d}. {later.arm},{sweep.tuned_field}=CHOSEN,seed={point.seed}  "
