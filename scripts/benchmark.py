@@ -64,6 +64,7 @@ def main(argv):
   if _TABLE.value:
     print("\n".join(benchmarking.comparison_table(_TABLE.value)))
     return
+  benchmarking.check_request(_MODE.value, _STEPS.value, _REPEATS.value)
   if _OUTPUT.value:  # before the benchmark, not after it
     storage.check_reachable(_OUTPUT.value, "--output")
     lines.check_writable(_OUTPUT.value)

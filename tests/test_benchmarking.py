@@ -89,7 +89,8 @@ def test_benchmark_flags_are_checked_before_any_work(tmp_path):
            "repeats": (["--repeats=0"], "error: flag --repeats=0: 0 is not a positive integer"),
            "decode_batch": (["--mode=decode", "--decode_batch=0"],
                             "error: flag --decode_batch=0"),
-           "mode": (["--mode="], "error: No benchmark mode given"),
+           # Before the config is parsed: its own mistake comes second.
+           "mode": (["--mode=", "--config.batch_size=0"], "error: No benchmark mode given"),
            # Round 7, item 8: absl's validator message printed the whole config (2,117 chars).
            "table": (["--table=docs"], "error: Pass one of --config or --sweep (to benchmark "
                      "it) or --table (to tabulate a folder of results), not --config and "

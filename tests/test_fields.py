@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from transformer.config import ModelConfig
+from transformer.data import fields as data_fields
 from transformer.errors import ConfigError
 from transformer.research.sweeps import grid, report
 from transformer.training import experiment, fields, workdir_checks
@@ -89,6 +90,12 @@ def test_the_experiment_holds_its_sections_typed_and_built_once():
   assert exp.data.synthetic["task"] == "reverse" and exp.loop.eval_every_steps == 500
   with pytest.raises(dataclasses.FrozenInstanceError):
     exp.loss.label_smoothing = 0.0  # type: ignore[misc]
+
+
+def test_a_section_is_built_from_a_mapping_only_and_an_unset_packing_packs_nothing():
+  assert data_fields.of({"packing": None}).packing == data_fields.of({}).packing == "none"
+  with pytest.raises(TypeError, match="Data is built from a config or a mapping, not list"):
+    data_fields.of([("packing", "pack")])
 
 
 def test_every_role_and_bound_is_declared_in_one_place():

@@ -57,7 +57,7 @@ def test_a_language_model_continues_each_line(tiny_config):
   params = jax.jit(model.init)(jax.random.PRNGKey(0), np.ones((1, 4), np.int32))["params"]
   tiny_config.model_type = "lm"
   loaded = loading.Loaded("", 0, model, params, experiment.recorded(tiny_config, cfg), tok, {})
-  assert lines_io.max_input_len(loaded) == 11 and lines_io.prompt_ends_with_eos(tiny_config)
+  assert lines_io.max_input_len(loaded) == 11 and lines_io.prompt_ends_with_eos(loaded.data)
   ids, truncated = lines_io.encode_lines(loaded, ["a b", "", "a " * 20])
   assert ids[0] == [3, 4, 1] and ids[1] == [] and len(ids[2]) == 11 and ids[2][-1] == 1
   assert truncated == 1

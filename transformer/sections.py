@@ -4,7 +4,7 @@ default, their bounds and their role (`declare`). The data layer declares its se
 the house knows of a field (its checks, what a resume may change, a sweep's identity) is read
 off these declarations. Written here rather than taken from ml_collections, whose ConfigDicts
 carry values but not what a field is for; the command line's ConfigDict is read into a
-section once (`build`).
+section (`build`).
 """
 
 from __future__ import annotations
@@ -55,9 +55,12 @@ def build(section: type, config: Any) -> Any:
   lacks at its default); a section is returned as it is."""
   if isinstance(config, section):
     return config
+  if not hasattr(config, "get"):
+    raise TypeError(f"{section.__name__} is built from a config or a mapping, not "
+                    f"{type(config).__name__}.")
   values = {}
   for f in dataclasses.fields(section):
-    value = config.get(f.name, default(f)) if hasattr(config, "get") else default(f)
+    value = config.get(f.name, default(f))
     inner = nested(f)
     if inner is not None:
       value = build(inner, value or {})

@@ -59,7 +59,13 @@ class Data:
   # across a sweep's seeds, every seed is selected and scored on the same held-out text.
   split_seed: Optional[int] = declare(None, Role.SOURCE, unset=int)
 
+  def __post_init__(self):
+    if not self.packing:  # an unset packing (None, '') packs nothing
+      object.__setattr__(self, "packing", "none")
+
 
 def of(config: Any) -> Data:
-  """The Data section of a config (a Data is returned as it is)."""
+  """The Data section of a config (a Data is returned as it is). A data-only config that
+  leaves model_type unset reads its rows as a seq2seq model does: an LM corpus's config sets
+  model_type='lm'."""
   return build(Data, config)

@@ -1,7 +1,7 @@
 """What an experiment config's data settings decide on their own, read before anything is
 prepared and without jax (the config is checked before jax starts): the paths that must be
 reachable, the rows a dataset gives against the rows the model kind reads, the vocabulary the
-model will have, and a SentencePiece vocabulary below its floor."""
+data plans for the model, and a SentencePiece vocabulary below its floor."""
 
 from __future__ import annotations
 

@@ -134,12 +134,22 @@ class _Bench:
     return self.data.batch_size * self.data.max_len * len(self.run.model.batch_keys)
 
 
+def check_request(modes: Sequence[str], steps: int, repeats: int) -> None:
+  """One line for an unknown or missing mode, or a count below 1 (before any config is read)."""
+  unknown = sorted(set(modes) - set(MODES))
+  if unknown or not modes:
+    raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}."
+                      if unknown else f"No benchmark mode given; use any of {list(MODES)}.")
+  if min(steps, repeats) < 1:
+    raise ConfigError(f"steps={steps} and repeats={repeats} must each be >= 1.")
+
+
 def benchmark(exp: experiment.Experiment, modes: Sequence[str], steps: int = 3,
               repeats: int = 3, *, diagnostics_every: int = 100, decode_batch: int = 1,
               decode_tokens: int = 256, profile_dir: Optional[str] = None,
               loop_steps: int = 200) -> dict[str, Any]:
   """The figures of `modes` ('train', 'eval', 'decode', 'data', 'loop', 'diagnostics') for an
-  experiment config on this machine's local devices (module docstring); a JSON-ready dict.
+  experiment on this machine's local devices (module docstring); a JSON-ready dict.
 
   Every timing is the median of `repeats`, after compilation; a train timing runs `steps`
   steps. The batch is random full-length tokens, so every counted FLOP is real work. With
@@ -147,12 +157,7 @@ def benchmark(exp: experiment.Experiment, modes: Sequence[str], steps: int = 3,
   into that directory (TensorBoard's profile plugin or Perfetto open it). 'loop' runs the
   training loop itself for `loop_steps` steps (`loop_figures`) beside the train step's timing.
   """
-  unknown = sorted(set(modes) - set(MODES))
-  if unknown or not modes:
-    raise ConfigError(f"Unknown benchmark mode(s) {unknown}; use any of {list(MODES)}."
-                      if unknown else f"No benchmark mode given; use any of {list(MODES)}.")
-  if min(steps, repeats) < 1:
-    raise ConfigError(f"steps={steps} and repeats={repeats} must each be >= 1.")
+  check_request(modes, steps, repeats)
   if set(modes) == {"data"}:  # the host's pipeline alone: no model to build
     return {"device": "the host's CPU", "data": pipeline.measure_throughput(exp.data, 10.0)}
   bench, result = _setup(exp, steps, repeats)
@@ -261,7 +266,7 @@ def _train(bench: _Bench, result: dict[str, Any], profile_dir: Optional[str]) ->
 def loop_figures(exp: experiment.Experiment, steps: int,
                  step_seconds: float) -> dict[str, float]:
   """The training loop itself (`loop.train_and_evaluate`: the config's data through its
-  pipeline, the real step, a log line every config.log_every_steps) for `steps` steps in a
+  pipeline, the real step, a log line every loop.log_every_steps) for `steps` steps in a
   temporary workdir, on the local devices, against the train step alone (`step_seconds`).
 
   Evaluation, diagnostics and checkpoints are off until the last step (their time is not

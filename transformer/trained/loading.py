@@ -15,7 +15,7 @@ from typing import Any, Optional
 from absl import logging
 
 from transformer import checkpoint, models
-from transformer.data import tokenizer as tokenizers
+from transformer.data import synthetic, tokenizer as tokenizers
 from transformer.data.fields import Data
 from transformer.errors import InferenceError, MissingFileError, RunError, one_line
 from transformer.training import run
@@ -93,7 +93,8 @@ def _tokenizer(workdir: str, data: Data, path: Optional[str]) -> tokenizers.Toke
     return tokenizers.load_tokenizer(path or workdir)
   except MissingFileError as e:
     if path is None and data.dataset == "synthetic":
-      s = data.synthetic  # a run from before workdirs held their tokenizer
+      # A run from before workdirs held their tokenizer.
+      s = {**synthetic.DEFAULTS, **data.synthetic}
       return tokenizers.SyntheticTokenizer(s["task"], s["vocab_size"])
     raise InferenceError(one_line(e, limit=1000)) from None
 

@@ -98,7 +98,7 @@ class Experiment:
   """An experiment, checked and frozen: what a run is built from (`training.run`'s constructors)."""
   config: ml_collections.FrozenConfigDict  # every field, as given (read-only)
   model: ModelConfig  # recipe + overrides; its vocabulary as the config's data plans it
-  vocab_from: str  # where model.vocab_size comes from (data.settings.planned_vocab_size)
+  vocab_from: str  # 'model.vocab_size' when set, else where the data's planned vocabulary is
   # The typed sections of `config` (transformer.training.fields), built once from it.
   data: fields.Data = dataclasses.field(init=False)
   optimization: fields.Optimization = dataclasses.field(init=False)
@@ -202,8 +202,9 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelCon
 
 def validate(config: ml_collections.ConfigDict) -> tuple[ModelConfig, str]:
   """Checks every setting that needs no data: a mistake ends a run before it writes anything.
-  Returns (the ModelConfig, where its vocabulary size came from): the vocabulary the config's
-  data gives, read off the config (`data.settings.planned_vocab_size`: nothing is prepared).
+  Returns (the ModelConfig, where its vocabulary size came from): model.vocab_size when set,
+  else the vocabulary the config's data plans (`data.settings.planned_vocab_size`: nothing is
+  prepared).
 
   What depends on the data (the corpus) is checked when it is read.
   """

@@ -418,9 +418,9 @@ def launch_lines(sweep: Sweep, config_path: str, workdir: str,
 
 @dataclasses.dataclass(frozen=True)
 class Pace:
-  """How long a point should take: `seconds(config, first)` for a point of `config` (`first`:
-  the first of its arm, which compiles) -> (seconds, a qualifier of them or ''), and the words
-  the plan's head says of it."""
+  """How long a point should take: `seconds(exp, first)` for a point of experiment `exp`
+  (`first`: the first of its arm, which compiles) -> (seconds, a qualifier of them or ''), and
+  the words the plan's head says of it."""
   seconds: Callable[[experiment.Experiment, bool], tuple[float, str]]
   describe: str
 
