@@ -13,6 +13,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from transformer.research import variance_argument as va
+from transformer.research.sweeps import grid
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -139,8 +140,8 @@ def _results_md_fits(path: pathlib.Path) -> dict[tuple[str, str], dict[frozenset
 
 @pytest.mark.parametrize("name", ["e6_head_dim", "e5_width"])
 def test_layer_0_slopes_agree_with_the_committed_sweep_report(name):
-  sweep = va.read_sweep_file(str(REPO / "configs" / "sweeps" / f"{name}.py"))
-  runs = va.read_runs(str(REPO / "docs" / "sweeps" / name / "points"), sweep)
+  sweep = grid.load_sweep(str(REPO / "configs" / "sweeps" / f"{name}.py"))
+  runs = va.read_runs(str(REPO / "docs" / "sweeps" / name), sweep)
   rows = va.slope_rows(va.reported_runs(runs, sweep), sweep)
   expected = _results_md_fits(REPO / "docs" / "sweeps" / name / "results.md")
   readings = {"init": ("init", "raw"), "trained": ("final", "raw"),
@@ -161,41 +162,19 @@ def test_layer_0_slopes_agree_with_the_committed_sweep_report(name):
 
 def test_chosen_rates_are_the_sweep_reports():
   """E6: every arm chose 1e-2 on seed 0 (docs/findings.md, Question 5)."""
-  sweep = va.read_sweep_file(str(REPO / "configs" / "sweeps" / "e6_head_dim.py"))
+  sweep = grid.load_sweep(str(REPO / "configs" / "sweeps" / "e6_head_dim.py"))
   reported = va.reported_runs(
-      va.read_runs(str(REPO / "docs" / "sweeps" / "e6_head_dim" / "points"), sweep), sweep)
+      va.read_runs(str(REPO / "docs" / "sweeps" / "e6_head_dim"), sweep), sweep)
   assert len(reported) == 12
   assert {rate for rate, _ in reported.values()} == {0.01}
   assert all([r.seed for r in runs] == [0, 1, 2, 3, 4] for _, runs in reported.values())
 
 
-@pytest.mark.parametrize("name", va.SWEEPS)
-def test_the_parsed_sweep_file_is_what_the_runner_loads(name):
-  """read_sweep_file (ast, no import) against grid.load_sweep (imports the file)."""
-  from transformer.research.sweeps import grid
-  path = str(REPO / "configs" / "sweeps" / f"{name}.py")
-  parsed, loaded = va.read_sweep_file(path), grid.load_sweep(path)
-  assert (parsed.name, parsed.base, parsed.search_seeds, parsed.confirm_seeds,
-          parsed.fresh_report, parsed.fixed, parsed.select) == (
-              loaded.name, loaded.base, tuple(loaded.seeds), tuple(loaded.confirm_seeds),
-              loaded.fresh_report, loaded.fixed, loaded.select)
-  assert parsed.tuned == next(iter(loaded.tune), None)
-  assert parsed.fields == tuple(f for axis in loaded.axes for f in axis)
-  assert parsed.moving == next((tuple(a) for a in loaded.axes if va.DK_FIELDS & set(a)), ())
-
-
-def test_the_defaults_it_assumes_are_the_runners_and_the_base_configs():
-  from transformer.research.sweeps import grid
-  from transformer.training.experiment import load_config
-  fields = grid.Sweep.__dataclass_fields__
-  assert fields["seeds"].default == va.DEFAULT_SEEDS
-  assert fields["select"].default == va.DEFAULT_SELECT
-  for base, recipe in va.BASE_RECIPES.items():
-    model = load_config(str(REPO / base)).model
-    assert model.recipe == recipe
-    # The fields read from the recipe are left to it by the base config.
-    assert model.norm_position is None and model.attention_scale is None
-    assert model.embed_norm is None
+def test_the_base_config_gives_the_model_fields_the_page_reads():
+  """configs/lm_tiny.py leaves them to its recipe (vaswani2017: post-LN, 1/sqrt(d_k))."""
+  model = va._base_model("configs/lm_tiny.py")
+  assert (model["norm_position"], model["attention_scale"], model["embed_norm"]) == (
+      "post", "inv_sqrt_dk", False)
 
 
 def test_the_module_imports_no_jax():

@@ -6,19 +6,15 @@ k near unit variance. That premise can hold only where the attention's input is 
 norm's output: a post-LN model's layers 1 and up (layer 0 reads sqrt(d)E + PE, so it tests
 the embedding's scale) and every layer of a pre-LN model (or of one with `embed_norm`).
 
-`report()` reads docs/sweeps/NAME/points/*/result.json (their 'metrics', 'overrides', 'seed',
-'status') and the few facts a result does not hold from configs/sweeps/NAME.py, parsed with
-`ast`, not imported (a sweep file imports the runner, which pulls in jax): `seeds` (the
-choosing seeds; grid.Sweep's default (0, 1, 2) where unset), `confirm_seeds`,
-`fresh_report`, `fixed`, `base`, `select`, the keys of `tune` and of each axis.
+`report()` reads docs/sweeps/NAME/points/*/result.json (stats.load_results) and the sweep's
+file, configs/sweeps/NAME.py (grid.load_sweep; its base config from the working directory, as
+the runner reads it); neither imports jax.
 
-Chosen rates, as the sweep runner chooses them (tuning.best_per_arm) and the page states:
-for each arm (one setting of the axes), the tuned value with the lowest mean of `select`
-(validation loss) over the choosing seeds, a value where a choosing seed is missing, not
-'ok' or not finite never chosen, ties to the smaller value. E6 chooses on seed 0 alone and
-every arm chose 1e-2; the figures are then the 'ok' runs at the chosen value of the choosing
-seeds and `confirm_seeds` (E6: seeds 0-4), of `confirm_seeds` alone with `fresh_report`
-(M3, M7: seeds 3-5). A stored status stands (no sweep read here declares a failure rule).
+Each arm (one setting of the axes) is read at the rate the sweep runner chose for it
+(tuning.best_per_arm: the lowest mean of `select`, the validation loss, over the choosing
+seeds). E6 chooses on seed 0 alone and every arm chose 1e-2; the figures are then the 'ok'
+runs with diagnostics at the chosen value of the choosing seeds and `confirm_seeds` (E6: seeds
+0-4), of `confirm_seeds` alone with `fresh_report` (M3, M7: seeds 3-5).
 
 Every statistic is the mean over a layer's heads of the diagnostics' per-head value
 (transformer/diagnostics.py): raw_var_within (Var(q.k) across one query's keys, before the
@@ -36,25 +32,21 @@ its mean and a 95% t-interval over seeds; the argument predicts 1.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import json
 import math
 import pathlib
 import sys
 from typing import Any, Optional, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from transformer import recipes
 from transformer.config import ModelConfig
+from transformer.research.sweeps import grid, stats, tuning
+from transformer.research.sweeps.grid import Sweep
+from transformer.training import experiment
 
 SWEEPS = ("e6_head_dim", "e5_width", "e3_pre_ln", "m3_no_additive_pe", "m7_rope_tying")
-DEFAULT_SEEDS = (0, 1, 2)  # grid.Sweep's default `seeds` (tests/test_variance_argument.py)
-DEFAULT_SELECT = "eval/loss"  # grid.Sweep's default `select`
-# A sweep's base config file -> its ModelConfig recipe (configs/lm_tiny.py: vaswani2017).
-BASE_RECIPES = {"configs/lm_tiny.py": "vaswani2017"}
 DK_FIELDS = frozenset({"model.head_dim", "model.num_heads", "model.d_model"})
 STATS = ("raw_var_within", "qk_var_over_dk_within", "qk_alignment", "logit_var_within",
          "mean_square")
@@ -66,24 +58,9 @@ NORM_INPUT = "layer norm output"
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepFile:
-  """What a sweep file declares that its result.json files do not hold."""
-  name: str
-  base: str
-  search_seeds: tuple[int, ...]  # the seeds that choose each arm's rate
-  confirm_seeds: tuple[int, ...]
-  fresh_report: bool
-  fixed: dict[str, Any]
-  tuned: Optional[str]  # the tuned field (learning_rate), None for an untuned sweep
-  select: str
-  fields: tuple[str, ...]  # every axis field, in the file's order
-  moving: tuple[str, ...]  # the fields of the axis that sets d_k; () where none does
-
-
-@dataclasses.dataclass(frozen=True)
 class Run:
   """One finished point: its arm, rate, seed, the model fields read here, its head means."""
-  arm: tuple[tuple[str, Any], ...]  # the axis settings, in SweepFile.fields order
+  arm: tuple[tuple[str, Any], ...]  # the axis settings, in the axes' order (grid.arm_of)
   rate: Optional[float]
   seed: int
   ok: bool
@@ -91,6 +68,7 @@ class Run:
   model: dict[str, Any]  # norm_position, embed_norm, attention_scale: override, fixed or base
   d_k: int
   layers: dict[tuple[str, int], dict[str, float]]  # {(stack, layer): {"init/STAT": head mean}}
+  result: dict[str, Any]  # its result.json, as the sweep runner reads it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,14 +101,10 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE
                ) -> tuple[float, float, float, float, int]:
   """(mean, std, low, high, n) of the finite values (float[n]): mean +- t_{n-1} std / sqrt(n);
   NaN bounds (and std) below two values."""
-  v = np.asarray([x for x in values if math.isfinite(x)], np.float64)
-  if v.size == 0:
-    return math.nan, math.nan, math.nan, math.nan, 0
-  if v.size == 1:
-    return float(v[0]), math.nan, math.nan, math.nan, 1
-  std = float(v.std(ddof=1))
-  half = float(scipy_stats.t.ppf(0.5 + confidence / 2, v.size - 1)) * std / math.sqrt(v.size)
-  return float(v.mean()), std, float(v.mean()) - half, float(v.mean()) + half, int(v.size)
+  finite = [x for x in values if math.isfinite(x)]
+  mean, std, n = stats.mean_std(finite)
+  _, low, high = tuning.t_interval(finite, confidence)
+  return mean, std if n > 1 else math.nan, low, high, n
 
 
 def log_slope(d_k: Sequence[float], var: Sequence[float]) -> float:
@@ -140,46 +114,18 @@ def log_slope(d_k: Sequence[float], var: Sequence[float]) -> float:
                           np.log(np.asarray(var, np.float64)), 1)[0])
 
 
-def _axis_keys(node: ast.AST) -> tuple[str, ...]:
-  """The string keys of a dict display (an axis or `tune`): its values may be any code."""
-  return tuple(k.value for k in getattr(node, "keys", [])
-               if isinstance(k, ast.Constant) and isinstance(k.value, str))
-
-
-def _literal(keywords: dict[str, ast.AST], name: str, default: Any) -> Any:
-  """A keyword's value where it is a literal, else `default` (computed in code)."""
-  try:
-    return ast.literal_eval(keywords[name]) if name in keywords else default
-  except ValueError:
-    return default
-
-
-def read_sweep_file(path: str) -> SweepFile:
-  """The facts report() needs from configs/sweeps/NAME.py, parsed from its Sweep(...) call."""
-  tree = ast.parse(pathlib.Path(path).read_text())
-  call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
-              and getattr(n.func, "id", getattr(n.func, "attr", None)) == "Sweep")
-  kw = {k.arg: k.value for k in call.keywords if k.arg}
-  axes = kw.get("axes")
-  axes = [axes] if isinstance(axes, ast.Dict) else list(getattr(axes, "elts", []))
-  keys = [_axis_keys(a) for a in axes]
-  tuned = _axis_keys(kw["tune"]) if "tune" in kw else ()
-  return SweepFile(
-      name=_literal(kw, "name", pathlib.Path(path).stem), base=_literal(kw, "base", ""),
-      search_seeds=tuple(_literal(kw, "seeds", DEFAULT_SEEDS)),
-      confirm_seeds=tuple(_literal(kw, "confirm_seeds", ())),
-      fresh_report=bool(_literal(kw, "fresh_report", False)), fixed=_literal(kw, "fixed", {}),
-      tuned=tuned[0] if tuned else None, select=_literal(kw, "select", DEFAULT_SELECT),
-      fields=tuple(f for k in keys for f in k),
-      moving=next((k for k in keys if DK_FIELDS & set(k)), ()))
+def _moving(sweep: Sweep) -> tuple[str, ...]:
+  """The fields of the axis that sets d_k; () where none does."""
+  return next((tuple(axis) for axis in sweep.axes if DK_FIELDS & set(axis)), ())
 
 
 def _base_model(base: str) -> dict[str, Any]:
-  """ModelConfig's defaults under the base config's recipe."""
-  if base not in BASE_RECIPES:
-    raise ValueError(f"No recipe known for base config {base!r}: add it to BASE_RECIPES.")
+  """The model fields of a sweep's base config: ModelConfig's defaults under its recipe, then
+  what the config sets."""
+  model = experiment.load_config(base).model
   defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-  return {**defaults, **recipes.get(BASE_RECIPES[base])}
+  return {**defaults, **recipes.get(model.recipe),
+          **{k: v for k, v in model.items() if v is not None and k != "recipe"}}
 
 
 def _head_means(metrics: dict[str, float]) -> dict[tuple[str, int], dict[str, float]]:
@@ -210,7 +156,7 @@ def _head_stat(head: dict[str, float], stat: str) -> float:
   return head.get(stat, math.nan)
 
 
-def _run(result: dict[str, Any], sweep: SweepFile, base: dict[str, Any]) -> Run:
+def _run(result: dict[str, Any], sweep: Sweep, base: dict[str, Any]) -> Run:
   """A Run from one result.json's contents."""
   overrides = result["overrides"]
   model = {f: overrides.get(f"model.{f}", sweep.fixed.get(f"model.{f}", base[f]))
@@ -220,50 +166,37 @@ def _run(result: dict[str, Any], sweep: SweepFile, base: dict[str, Any]) -> Run:
   # d_k from the heads themselves: qk_var_over_dk_within is raw_var_within / d_k.
   ratio = first.get("init/raw_var_within", math.nan) / first.get("init/qk_var_over_dk_within",
                                                                  math.nan)
-  rate = overrides.get(sweep.tuned) if sweep.tuned else None
+  rate = overrides.get(sweep.tuned_field) if sweep.tuned_field else None
   select = float(result["metrics"].get(sweep.select, math.nan))
-  return Run(arm=tuple((f, overrides.get(f)) for f in sweep.fields),
+  return Run(arm=grid.arm_of(sweep, overrides),
              rate=None if rate is None else float(f"{rate:.6g}"), seed=int(result["seed"]),
-             # a run without diagnostics can still rule its rate out, never be read
+             # a run without diagnostics counts in the choice of its rate, never read here
              ok=result["status"] == "ok" and math.isfinite(ratio), select=select, model=model,
-             d_k=int(round(ratio)) if math.isfinite(ratio) else 0, layers=layers)
+             d_k=int(round(ratio)) if math.isfinite(ratio) else 0, layers=layers,
+             result=result)
 
 
-def read_runs(points_dir: str, sweep: SweepFile) -> list[Run]:
-  """Every finished point under points_dir (docs/sweeps/NAME/points), in name order."""
+def read_runs(workdir: str, sweep: Sweep) -> list[Run]:
+  """Every finished point of the sweep in workdir (docs/sweeps/NAME), in name order."""
   base = _base_model(sweep.base)
-  files = sorted(pathlib.Path(points_dir).glob("*/result.json"))
-  return [_run(json.loads(f.read_text()), sweep, base) for f in files]
+  return [_run(r, sweep, base) for r in stats.load_results(workdir, sweep.failure)]
 
 
-def chosen_rate(runs: Sequence[Run], sweep: SweepFile) -> Optional[float]:
-  """One arm's chosen value of the tuned field (the module docstring's rule); None if none."""
-  scores = {}
-  for rate in sorted({r.rate for r in runs if r.rate is not None}):
-    at = {r.seed: r for r in runs if r.rate == rate and r.seed in sweep.search_seeds}
-    if len(at) == len(sweep.search_seeds) and all(r.ok and math.isfinite(r.select)
-                                                  for r in at.values()):
-      scores[rate] = float(np.mean([r.select for r in at.values()]))
-  return min(scores, key=scores.get) if scores else None  # a tie keeps the smaller value
-
-
-def reported_runs(runs: Sequence[Run], sweep: SweepFile
+def reported_runs(runs: Sequence[Run], sweep: Sweep
                   ) -> dict[tuple[tuple[str, Any], ...], tuple[Optional[float], list[Run]]]:
-  """{arm: (chosen rate, its reported 'ok' runs in seed order)}; untuned: every 'ok' run."""
+  """{arm: (its chosen rate, its reported 'ok' runs in seed order)}; untuned: every 'ok' run."""
   arms: dict[tuple[tuple[str, Any], ...], list[Run]] = {}
   for r in runs:
     arms.setdefault(r.arm, []).append(r)
-  seeds = set(sweep.confirm_seeds) | (set() if sweep.fresh_report else set(sweep.search_seeds))
-  out = {}
-  for arm, members in arms.items():
-    if sweep.tuned is None:
-      out[arm] = (None, sorted((r for r in members if r.ok), key=lambda r: r.seed))
-      continue
-    rate = chosen_rate(members, sweep)
-    if rate is not None:
-      out[arm] = (rate, sorted((r for r in members if r.ok and r.rate == rate
-                                and r.seed in seeds), key=lambda r: r.seed))
-  return out
+  if sweep.tuned_field is None:
+    return {arm: (None, sorted((r for r in members if r.ok), key=lambda r: r.seed))
+            for arm, members in arms.items()}
+  chosen = {b.overrides: b.best for b in tuning.best_per_arm(sweep, [r.result for r in runs])
+            if b.best is not None}
+  seeds = set(sweep.confirm_seeds) | (set() if sweep.fresh_report else set(sweep.seeds))
+  return {arm: (chosen[arm], sorted((r for r in members if r.ok and r.rate == chosen[arm]
+                                     and r.seed in seeds), key=lambda r: r.seed))
+          for arm, members in arms.items() if arm in chosen}
 
 
 def _label(arm: tuple[tuple[str, Any], ...], leave_out: Sequence[str] = ()) -> str:
@@ -284,12 +217,12 @@ def _reading(run: Run, layer: tuple[str, int], reading: str) -> float:
   return {"init": init, "trained": final, "trained - init": final - init}[reading]
 
 
-def _settings(reported: dict, sweep: SweepFile) -> dict[str, list[list[Run]]]:
+def _settings(reported: dict, sweep: Sweep) -> dict[str, list[list[Run]]]:
   """{setting label: [each d_k arm's reported runs]}: the arms a fit across d_k reads."""
   settings: dict[str, list[list[Run]]] = {}
   for arm, (_, runs) in reported.items():
     if runs:
-      settings.setdefault(_label(arm, sweep.moving), []).append(runs)
+      settings.setdefault(_label(arm, _moving(sweep)), []).append(runs)
   return settings
 
 
@@ -306,7 +239,7 @@ def _seed_slopes(by_seed: dict[int, list[Run]], layer: tuple[str, int],
   return fits, left
 
 
-def slope_rows(reported: dict, sweep: SweepFile) -> list[SlopeRow]:
+def slope_rows(reported: dict, sweep: Sweep) -> list[SlopeRow]:
   """Each setting's slopes across d_k, per layer and reading, one per seed: a seed counts
   where it has a reported run at every d_k of its setting. A reading is fitted only where it
   is positive at every d_k of every such seed (its log is taken: this is what makes
@@ -332,7 +265,7 @@ def slope_rows(reported: dict, sweep: SweepFile) -> list[SlopeRow]:
   return rows
 
 
-def level_rows(reported: dict, sweep: SweepFile) -> list[LevelRow]:
+def level_rows(reported: dict, sweep: Sweep) -> list[LevelRow]:
   """Each arm's per-layer levels over its reported seeds, ordered by layer, then setting."""
   rows = []
   for arm, (_, runs) in reported.items():
@@ -343,7 +276,7 @@ def level_rows(reported: dict, sweep: SweepFile) -> list[LevelRow]:
       values = {f"{p}/{s}": tuple(r.layers[layer][f"{p}/{s}"] for r in runs)
                 for p in PHASES for s in STATS}
       rows.append(LevelRow(sweep.name, layer, _normalised(first, layer[1]),
-                           _label(arm, sweep.moving), first.model["attention_scale"],
+                           _label(arm, _moving(sweep)), first.model["attention_scale"],
                            first.d_k, values))
   return sorted(rows, key=lambda r: (r.layer, r.setting, -r.d_k))
 
@@ -419,16 +352,16 @@ def _level_table(rows: Sequence[LevelRow]) -> list[str]:
   return lines
 
 
-def _rates_lines(reported: dict, sweep: SweepFile) -> list[str]:
+def _rates_lines(reported: dict, sweep: Sweep) -> list[str]:
   """Which rate each arm chose (a sentence if all chose one, else a table) and the seeds."""
   seeds = sorted({r.seed for _, runs in reported.values() for r in runs})
   fresh = " (fresh_report: the choosing seeds left out)" if sweep.fresh_report else ""
-  if sweep.tuned is None:
+  if sweep.tuned_field is None:
     return [f"Untuned; figures over seeds {_seed_list(seeds)}.", ""]
-  field = sweep.tuned.rpartition(".")[2]
+  field = sweep.tuned_field.rpartition(".")[2]
   rates = {arm: rate for arm, (rate, _) in reported.items()}
   how = (f"Each arm's {field} is the one with the lowest mean {sweep.select} over seed(s) "
-         f"{_seed_list(sweep.search_seeds)}; figures are the runs at it, seeds "
+         f"{_seed_list(sweep.seeds)}; figures are the runs at it, seeds "
          f"{_seed_list(seeds)}{fresh}.")
   if len(set(rates.values())) == 1:
     return [f"{how} Every arm chose {next(iter(rates.values())):g}.", ""]
@@ -436,13 +369,13 @@ def _rates_lines(reported: dict, sweep: SweepFile) -> list[str]:
       f"| {_label(arm)} | {rate:g} |" for arm, rate in rates.items()] + [""]
 
 
-def _title(sweep: SweepFile, runs: Sequence[Run]) -> str:
+def _title(sweep: Sweep, runs: Sequence[Run]) -> str:
   norms = "/".join(f"{n}-LN" for n in sorted({r.model["norm_position"] for r in runs}))
   d_ks = sorted({r.d_k for r in runs})
-  moved = ", ".join(f.rpartition(".")[2] for f in sweep.moving)
+  moved = ", ".join(f.rpartition(".")[2] for f in _moving(sweep))
   varied = (f"d_k {', '.join(map(str, d_ks))}, moved by {moved}" if len(d_ks) > 1
             else f"d_k {d_ks[0]} fixed: levels only")
-  if len(d_ks) > 1 and "model.d_model" in sweep.moving:
+  if len(d_ks) > 1 and "model.d_model" in _moving(sweep):
     varied += ": the width moves with d_k, so its slopes mix the two"
   return f"### {sweep.name} ({norms}; {varied})"
 
@@ -547,8 +480,8 @@ def _mean_square_sentence(levels: Sequence[LevelRow]) -> str:
 def _sweep_section(sweeps_dir: str, configs_dir: str,
                    name: str) -> tuple[list[str], list[SlopeRow], list[LevelRow]]:
   """One sweep's markdown lines, slope rows and level rows."""
-  sweep = read_sweep_file(str(pathlib.Path(configs_dir) / f"{name}.py"))
-  runs = read_runs(str(pathlib.Path(sweeps_dir) / name / "points"), sweep)
+  sweep = grid.load_sweep(str(pathlib.Path(configs_dir) / f"{name}.py"))
+  runs = read_runs(str(pathlib.Path(sweeps_dir) / name), sweep)
   if not runs:
     return [f"### {name}", "", "No finished points.", ""], [], []
   reported = reported_runs(runs, sweep)
