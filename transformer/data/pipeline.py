@@ -130,10 +130,6 @@ class ConcatForLM:
     return [self._join(ex) for ex in read_examples(self.source, indices)]
 
 
-def _ceil_div(a: int, b: int) -> int:
-  return -(-a // b)
-
-
 # The roles of a dataset's splits, each tokenized into a store of its own.
 ROLES = ("train", "eval", "test")
 
@@ -262,7 +258,7 @@ def _in_order(data: fields.Data, store: TokenStore, lanes: range) -> InOrderBatc
   """Eval (and test): global batches over the split in order, topped up with -1 (= zero
   rows); each process reads its rows, so every example is seen exactly once, on exactly one
   process."""
-  num_batches = _ceil_div(len(store), data.batch_size)
+  num_batches = -(-len(store) // data.batch_size)
   indices = np.full(num_batches * data.batch_size, -1, np.int64)
   indices[:len(store)] = np.arange(len(store))
   rows = indices.reshape(num_batches, data.batch_size)[:, lanes.start:lanes.stop]
@@ -294,9 +290,7 @@ def measure_throughput(config: Any, seconds: float, *,
     elapsed = time.perf_counter() - start
     if elapsed >= seconds:
       break
-  close = getattr(it, "close", None)
-  if close:
-    close()
+  getattr(it, "close", lambda: None)()
   return {"tokens_per_sec": tokens / elapsed, "batches_per_sec": batches / elapsed,
           "batches": batches, "tokens": tokens, "seconds": elapsed,
           "fill": tokens / max(cells, 1), "setup_seconds": setup}

@@ -27,7 +27,7 @@ from transformer.errors import ConfigError, RunError
 from transformer.research.figures import save_figure
 from transformer.token_ids import EOS_ID, PAD_ID
 from transformer.trained import evaluate, loading
-from transformer.training.writers import read_metrics
+from transformer.training.writers import finite_json, read_metrics
 
 NUM_BATCHES = 4  # held-out batches averaged over
 FREQUENCY_BATCHES = 8  # train batches whose token counts define the frequency buckets
@@ -55,17 +55,6 @@ def _short(row: str) -> str:
 def _mean(values: Sequence[float]) -> float:
   finite = [v for v in values if v is not None and math.isfinite(v)]
   return sum(finite) / len(finite) if finite else float("nan")
-
-
-def _finite(value: Any) -> Any:
-  """JSON has no NaN: non-finite floats (e.g. an empty frequency bucket) become None."""
-  if isinstance(value, dict):
-    return {k: _finite(v) for k, v in value.items()}
-  if isinstance(value, list):
-    return [_finite(v) for v in value]
-  if isinstance(value, float) and not math.isfinite(value):
-    return None
-  return value
 
 
 def _figure(width: float, height: float, rows: int = 1, cols: int = 1):
@@ -348,7 +337,7 @@ def analyze(workdir: str, step: Optional[int] = None,
   result["d_k"] = model_config.qk_dim
   result["plots"] = _plots(plots_dir, result, records)
   storage.write_atomically(storage.join(plots_dir, "analysis.json"), json.dumps(
-      _finite(checkpoint.to_json(result)), indent=2, allow_nan=False))
+      finite_json(checkpoint.to_json(result)), indent=2, allow_nan=False))
   storage.write_atomically(storage.join(plots_dir, "analysis.md"), _markdown(result))
   return result
 

@@ -85,7 +85,6 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "coll
 # `%name = SHAPE kind(` or the `-done` half of an async pair (whose shape is the result; the
 # `-start` half holds operand and result together, so it is skipped).
 _COLLECTIVE = re.compile(r"=\s*(.+?)\s+(" + "|".join(COLLECTIVES) + r")(-done)?\(")
-_ARRAY = re.compile(r"\b(pred|s8|u8|s16|u16|f16|bf16|s32|u32|f32|s64|u64|f64)\[([\d,]*)\]")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
           "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
 
@@ -187,11 +186,9 @@ def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
     if not match:
       continue
     shape, kind = match.group(1), match.group(2)
-    size = sum(_BYTES[t] * math.prod(int(d) for d in dims.split(",") if d)
-               for t, dims in _ARRAY.findall(shape))
     entry = found.setdefault(kind, {"count": 0, "bytes": 0})
     entry["count"] += 1
-    entry["bytes"] += size
+    entry["bytes"] += sum(size for size, _ in _arrays(shape))
   return found
 
 

@@ -177,9 +177,6 @@ def _holm(p_values: Sequence[float], alpha: float) -> list[bool]:
   return keep
 
 
-# The reported metrics a test example's NLL sums add up to (grid.NLL_REPORTS).
-ROWS_READ = NLL_REPORTS
-
 
 def itt_missing(sweep: Sweep) -> Optional[float]:
   """What a reporting run without a finite sweep.report counts as in the intention-to-treat
@@ -206,7 +203,7 @@ def _itt(sweep: Sweep, runs: Sequence[dict]) -> dict[str, Any]:
     return {}
   return dict(itt_by_seed={s: fill if s in missing else v for s, v in sorted(recorded.items())},
               itt_rows_by_seed={r["seed"]: r["test_rows"] for r in runs if r.get("test_rows")
-                                and sweep.report in ROWS_READ},
+                                and sweep.report in NLL_REPORTS},
               itt_missing_seeds=missing)
 
 
@@ -305,7 +302,7 @@ def best_per_arm(sweep: Sweep, results: list[dict[str, Any]]) -> list[ArmBest]:
     failed = sorted(r["seed"] for r in reporting if r["status"] != "ok")
     by_seed = {r["seed"]: metric_value(r["metrics"], sweep.report) for r in reported}
     rows = {r["seed"]: r["test_rows"] for r in reported if r.get("test_rows")
-            and sweep.report in ROWS_READ}
+            and sweep.report in NLL_REPORTS}
     out.append(ArmBest(
         arm=label, overrides=arm, name=sweep.arm_name(arm), searched=tuple(values), best=best,
         on_edge=best is not None and len(values) > 1 and best in (values[0], values[-1]),
