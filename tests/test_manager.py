@@ -176,9 +176,12 @@ def test_data_iterator_round_trip(tmp_path, mesh):
   np.testing.assert_array_equal(expected[0], np.arange(12, 16))
 
 
-def _largest_file(step_dir):
-  files = [p for p in (step_dir / "state").rglob("*") if p.is_file()]
-  return max(files, key=lambda p: p.stat().st_size)
+def _data_files(step_dir):
+  """The array data files of a step's state (OCDBT's d/ folders), largest first: how orbax
+  splits the arrays over them varies from save to save (one to several files), and a small
+  split leaves a metadata file (_sharding) the largest of the folder."""
+  files = [p for p in (step_dir / "state").rglob("d/*") if p.is_file()]
+  return sorted(files, key=lambda p: p.stat().st_size, reverse=True)
 
 
 def _corrupt(step_dir, how):
@@ -187,13 +190,13 @@ def _corrupt(step_dir, how):
   elif how == "garbage_metadata":
     (step_dir / "state" / "_METADATA").write_bytes(b"\x00garbage" * 20)
   elif how == "truncate_data":
-    f = _largest_file(step_dir)
+    f = _data_files(step_dir)[0]
     f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
   elif how == "flip_byte_in_data":  # tensorstore reads this silently: only the checksums see it
-    f = _largest_file(step_dir)
-    b = bytearray(f.read_bytes())
-    b[len(b) // 2] ^= 0x5A
-    f.write_bytes(bytes(b))
+    for f in _data_files(step_dir):  # the middle byte of each, so that the arrays' are hit
+      b = bytearray(f.read_bytes())
+      b[len(b) // 2] ^= 0x5A
+      f.write_bytes(bytes(b))
   elif how == "delete_data_iterator":
     (step_dir / "data" / "process_0-of-1.json").unlink()
   # Round 6, items 2-4: files that had no checksum, a lost metadata file, a renamed step.
