@@ -114,8 +114,5 @@ def build_local(name: str, data_dir: str | None, *, data_files: Any, eval_files:
                         text_split=text_split, eval_fraction=eval_fraction,
                         test_fraction=test_fraction, seed=seed,
                         description=f"{name} of {corpus_files.describe(files)}")
-
-  def make() -> tfds.core.DatasetBuilder:
-    return _BUILDERS[name](config=cfg, data_dir=data_dir, file_format="array_record")
-
-  return prepared(make)
+  return prepared(lambda: _BUILDERS[name](config=cfg, data_dir=data_dir,
+                                          file_format="array_record"))

@@ -210,19 +210,13 @@ class SyntheticSeq2Seq(tfds.core.GeneratorBasedBuilder):
 
 
 def build_synthetic(data_dir: str | os.PathLike | None, *, task: str,
-                    vocab_size: int = DEFAULTS["vocab_size"], min_len: int = DEFAULTS["min_len"],
-                    max_len: int = DEFAULTS["max_len"], digits: int = DEFAULTS["digits"],
-                    num_train: int = DEFAULTS["num_train"], num_eval: int = DEFAULTS["num_eval"],
-                    seed: int = DEFAULTS["seed"]) -> SyntheticSeq2Seq:
-  """The prepared builder for these parameters (generated once, reused from data_dir after).
+                    **params: int) -> SyntheticSeq2Seq:
+  """The prepared builder for `SyntheticConfig.make(task=task, **params)` (the rest at
+  DEFAULTS), generated once, reused from data_dir after.
 
   data_dir None = TFDS's default (~/tensorflow_datasets unless TFDS_DATA_DIR is set).
   Read it with `builder.as_data_source('train' | 'validation')`.
   """
-  cfg = SyntheticConfig.make(task=task, vocab_size=vocab_size, min_len=min_len, max_len=max_len,
-                             digits=digits, num_train=num_train, num_eval=num_eval, seed=seed)
-
-  def make() -> SyntheticSeq2Seq:
-    return SyntheticSeq2Seq(config=cfg, data_dir=data_dir, file_format="array_record")
-
-  return prepared(make)
+  cfg = SyntheticConfig.make(task=task, **params)
+  return prepared(lambda: SyntheticSeq2Seq(config=cfg, data_dir=data_dir,
+                                           file_format="array_record"))

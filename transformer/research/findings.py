@@ -97,7 +97,7 @@ def _read(sweep_name: str, configs_dir: str, sweeps_dir: str) -> Optional[_Table
     runs = [r for r in tuning.at_chosen_values(sweep, results, [best])
             if r.get("status") == "ok" and r["seed"] in best.report_by_seed]
     ratios[best.name] = mean_std([metric_value(r["metrics"], INIT_RATIO) for r in runs])[0]
-  rows = (tuning.itt_differences if sweep.failure else tuning.paired_differences)(sweep, bests)
+  rows = tuning.paired_differences(sweep, bests, itt=bool(sweep.failure))
   return _Table({(p.arm, p.baseline): p for p in rows}, ratios,
                 {b.name: len(b.failed_seeds) for b in bests})
 

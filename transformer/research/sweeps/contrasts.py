@@ -110,9 +110,7 @@ class Unpaired:
 
   @property
   def verdict(self) -> str:
-    if not (math.isfinite(self.low) and math.isfinite(self.high)):
-      return "not settled (too few seeds)"
-    return "higher" if self.low > 0 else "lower" if self.high < 0 else "not settled"
+    return tuning.verdict(self.low, self.high)
 
 
 def evaluate_unpaired(contrast: Contrast, arms: ArmsBySeed) -> Unpaired | None:

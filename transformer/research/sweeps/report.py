@@ -118,7 +118,7 @@ def aggregate(sweep: Sweep, workdir: str,
   storage.write_atomically(storage.join(workdir, "results.md"), "\n".join(lines) + "\n")
   storage.write_atomically(storage.join(workdir, "results.csv"),
                            _csv(rows, fields, list(sweep.metrics), failed))
-  itt = tuning.itt_differences(sweep, bests) if sweep.failure and bests else []
+  itt = tuning.paired_differences(sweep, bests, itt=True) if sweep.failure and bests else []
   return {"rows": rows, "fits": fits, "plots": plots, "points": len(results),
           "expected": len(points), "bests": bests, "paired": paired, "trends": trends,
           "itt_paired": itt}
@@ -336,7 +336,7 @@ def _itt_lines(sweep: Sweep, bests: list[tuning.ArmBest], how: str) -> list[str]
     chosen = _best_cell(b) + " | " if sweep.tune else ""
     lines.append(f"| {b.name} | {chosen}{cell(*b.itt)} | {b.itt[2]} | {counted} |")
   lines += _paired_lines(dataclasses.replace(sweep, report=f"{sweep.report} (ITT)"),
-                         tuning.itt_differences(sweep, bests), how)
+                         tuning.paired_differences(sweep, bests, itt=True), how)
   return lines + ["", "Over the runs that did not fail (a failed run left out):", ""]
 
 

@@ -19,10 +19,11 @@ others exploratory).
 
 Intention to treat (a sweep with a failure rule): the figure above leaves a failed reporting
 run out, so an arm that fails more often is reported over its better runs. The ITT figure
-(`ArmBest.itt_by_seed`, `itt_differences`) counts every reporting run at the chosen value,
-failed or not: at its recorded sweep.report where that is finite (a stalled run, or one with
-a dead layer, scored its test split), else at sweep.itt_missing, by default ln of the model's
-output vocabulary size, the NLL of the uniform model, which predicts nothing (`itt_missing`).
+(`ArmBest.itt_by_seed`, `paired_differences(itt=True)`) counts every reporting run at the
+chosen value, failed or not: at its recorded sweep.report where that is finite (a stalled
+run, or one with a dead layer, scored its test split), else at sweep.itt_missing, by default
+ln of the model's output vocabulary size, the NLL of the uniform model, which predicts nothing
+(`itt_missing`).
 """
 
 from __future__ import annotations
@@ -108,14 +109,14 @@ class Paired:
 
   @property
   def verdict(self) -> str:
-    low, high = self.interval
-    if not (math.isfinite(low) and math.isfinite(high)):
-      return "not settled (too few seeds)"
-    if low > 0:
-      return "higher"
-    if high < 0:
-      return "lower"
-    return "not settled"
+    return verdict(*self.interval)
+
+
+def verdict(low: float, high: float) -> str:
+  """A difference's 95% interval in words: above 0, below it, or holding it (not settled)."""
+  if not (math.isfinite(low) and math.isfinite(high)):
+    return "not settled (too few seeds)"
+  return "higher" if low > 0 else "lower" if high < 0 else "not settled"
 
 
 def _t_quantile(seeds: int, confidence: float = 0.95) -> float:
@@ -396,18 +397,13 @@ def _compared(sweep: Sweep, bests: list[ArmBest]) -> list[tuple[ArmBest, ArmBest
   return [p for i, p in enumerate(kept) if names[i] not in names[:i]]
 
 
-def paired_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
-  """Every comparison of `_compared`, paired by seed."""
-  return [paired(b.name, base.name, b.report_by_seed, base.report_by_seed, b.rows_by_seed,
-                 base.rows_by_seed)
-          for b, base in _compared(sweep, bests)]
-
-
-def itt_differences(sweep: Sweep, bests: list[ArmBest]) -> list[Paired]:
-  """`paired_differences` of the intention-to-treat figures (every reporting run counted)."""
-  return [paired(b.name, base.name, b.itt_by_seed, base.itt_by_seed, b.itt_rows_by_seed,
-                 base.itt_rows_by_seed)
-          for b, base in _compared(sweep, bests)]
+def paired_differences(sweep: Sweep, bests: list[ArmBest], itt: bool = False) -> list[Paired]:
+  """Every comparison of `_compared`, paired by seed; `itt`: of the intention-to-treat
+  figures (every reporting run counted)."""
+  figures, rows = ("itt_by_seed", "itt_rows_by_seed") if itt else ("report_by_seed",
+                                                                     "rows_by_seed")
+  return [paired(b.name, base.name, getattr(b, figures), getattr(base, figures),
+                 getattr(b, rows), getattr(base, rows)) for b, base in _compared(sweep, bests)]
 
 
 def paired(arm: str, baseline: str, arm_by_seed: dict[int, float],
