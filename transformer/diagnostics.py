@@ -273,7 +273,8 @@ def training_diagnostics(model: nn.Module, old_params: Any, new_params: Any, gra
   old_params -> new_params made with `grads` (the training side computes them:
   `training.steps.Steps.grads`), as host floats."""
   values = heldout_scale_diagnostics(model, new_params, heldout, token_frequency)
-  values.update(to_floats(update_diagnostics(model, old_params, new_params, grads)))
+  updates = jax.device_get(dict(update_diagnostics(model, old_params, new_params, grads)))
+  values.update({k: float(v) for k, v in updates.items()})  # one device-to-host transfer
   return values
 
 
@@ -286,11 +287,6 @@ def heldout_scale_diagnostics(model: nn.Module, params: Any, batches: Iterable[B
   if not results:
     raise ValueError("heldout_scale_diagnostics needs at least one batch.")
   return mean_over_batches(results)
-
-
-def to_floats(values: Mapping[str, jax.Array]) -> dict[str, float]:
-  """{name: float} of a diagnostics dict (one device-to-host transfer)."""
-  return {k: float(v) for k, v in jax.device_get(dict(values)).items()}
 
 
 class TokenCounts:

@@ -98,7 +98,7 @@ class Checkpointer:
         log.warning("Replacing checkpoint %s (force=True).", self.step_path(step))
         self._manager.delete(step)
       elif step in self._corrupt:
-        self._move_aside(step)
+        self.set_aside(step, "corrupt")
       else:
         log.warning("Checkpoint %s already exists; not saved again (force=True replaces it).",
                     self.step_path(step))
@@ -151,9 +151,6 @@ class Checkpointer:
     if storage.is_local(directory) and os.path.isdir(directory) and \
         not os.access(directory, os.W_OK | os.X_OK):  # (a missing one: orbax's error says so)
       raise self._unwritable(step, "a read-only file system or no write permission")
-
-  def _move_aside(self, step: int) -> None:
-    self.set_aside(step, "corrupt")
 
   def set_aside(self, step: int, reason: str) -> str:
     """Renames step dir `<step>` to `<step>.<reason>`, out of orbax's sight but kept for a

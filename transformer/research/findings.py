@@ -126,11 +126,6 @@ def headline_points(configs_dir: str = "configs/sweeps",
   return _points(SERIES, configs_dir, sweeps_dir)
 
 
-def balance_points(configs_dir: str = "configs/sweeps",
-                   sweeps_dir: str = "docs/sweeps") -> list[Point]:
-  return _points(BALANCE_SERIES, configs_dir, sweeps_dir)
-
-
 def table(found: Sequence[Point], x_name: str) -> str:
   """Points as a markdown table (links relative to docs/)."""
   lines = [f"| series | arm | {x_name} | minus the paper, test NLL (nats) | 95% interval | seeds "
@@ -202,7 +197,7 @@ def headline(out_dir: str, configs_dir: str = "configs/sweeps",
 def balance(out_dir: str, configs_dir: str = "configs/sweeps",
             sweeps_dir: str = "docs/sweeps") -> str:
   """Writes OUT_DIR/balance.png and returns its table."""
-  found = balance_points(configs_dir, sweeps_dir)
+  found = _points(BALANCE_SERIES, configs_dir, sweeps_dir)
   balance_figure(found, out_dir)
   return table(found, "token/PE ratio at init")
 

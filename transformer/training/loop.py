@@ -20,6 +20,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import multihost_utils
 from absl import logging
 from tqdm import tqdm
 
@@ -31,16 +32,14 @@ from transformer.training import (experiment, heldout, run, sharding, stop_signa
 from transformer.training.failure_rule import FailureRule, layer_grad_norms
 from transformer.training.writers import MetricWindow, MetricWriter, read_metrics
 
+
 def _get_datasets(exp: experiment.Experiment, workdir: str) -> pipeline.Datasets:
   """Process 0 prepares the data (and tokenizer) first; the others then read what it wrote."""
-  if jax.process_count() == 1:
-    return pipeline.get_datasets(exp.data, workdir=workdir)
-  from jax.experimental import multihost_utils
-  if jax.process_index() == 0:
-    datasets = pipeline.get_datasets(exp.data, workdir=workdir)
-  multihost_utils.sync_global_devices("transformer: datasets prepared")
   if jax.process_index() != 0:
-    datasets = pipeline.get_datasets(exp.data, workdir=workdir)
+    multihost_utils.sync_global_devices("transformer: datasets prepared")
+  datasets = pipeline.get_datasets(exp.data, workdir=workdir)
+  if jax.process_index() == 0 and jax.process_count() > 1:
+    multihost_utils.sync_global_devices("transformer: datasets prepared")
   return datasets
 
 
