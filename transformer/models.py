@@ -220,7 +220,8 @@ class Transformer(nn.Module):
     del prompt_eos
     return True
 
-  def decoding_lengths(self, inputs: jax.Array, extra_len: int):
+  def decoding_lengths(self, inputs: jax.Array,
+                       extra_len: int) -> tuple[int, jax.Array, jax.Array]:
     """(steps of the output, room int[B] for each row's output, default output limit int[B]):
     the source's length + extra_len, capped by max_len; an empty source gives no output."""
     length, max_len = inputs.shape[1], self.config.max_len
@@ -232,7 +233,8 @@ class Transformer(nn.Module):
     return (num_steps, jnp.full((inputs.shape[0],), num_steps, jnp.int32),
             jnp.where(count > 0, count + extra_len, 0))
 
-  def start_decoding(self, params: Any, inputs: jax.Array, copies: int, num_steps: int):
+  def start_decoding(self, params: Any, inputs: jax.Array, copies: int,
+                     num_steps: int) -> tuple[Any, jax.Array, jax.Array]:
     """(state, prefix int[B, 1], prefix_len int[B]) for B rows, each repeated `copies` times:
     the source is encoded once, the output starts empty. The state (a pytree whose per-row
     leaves lead with B * copies) holds the cache, which also holds the cross-attention keys
@@ -348,7 +350,8 @@ class DecoderOnly(nn.Module):
     with one (`lines.prompt_ends_with_eos`)."""
     return prompt_eos
 
-  def decoding_lengths(self, inputs: jax.Array, extra_len: int):
+  def decoding_lengths(self, inputs: jax.Array,
+                       extra_len: int) -> tuple[int, jax.Array, jax.Array]:
     """(steps of the output, room int[B] for each row's continuation, default output limit
     int[B]): the prompt continued in the same max_len, up to twice its length + extra_len."""
     length, max_len = inputs.shape[1], self.config.max_len
@@ -359,7 +362,8 @@ class DecoderOnly(nn.Module):
     count = num_tokens(inputs)
     return num_steps, num_steps - count, count + extra_len
 
-  def start_decoding(self, params: Any, inputs: jax.Array, copies: int, num_steps: int):
+  def start_decoding(self, params: Any, inputs: jax.Array, copies: int,
+                     num_steps: int) -> tuple[Any, jax.Array, jax.Array]:
     """(state, prefix int[B, P], prefix_len int[B]) for B rows, each repeated `copies` times:
     the prompt is the output's prefix; the state holds the cache."""
     check_cache_length(self.config, num_steps)

@@ -16,7 +16,7 @@ from transformer.research.sweeps.stats import (cell, curve_pattern, curve_values
 from transformer.research.sweeps.tuning import ArmBest, Trend
 
 
-def pyplot():
+def pyplot() -> Any:
   """matplotlib's pyplot drawing to files (Agg), imported only when a plot is made."""
   import matplotlib
 

@@ -83,7 +83,8 @@ def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
   return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
 
 
-def ordered_groups(points: Sequence[Point], results: list[dict[str, Any]]):
+def ordered_groups(points: Sequence[Point],
+                   results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
   """{group: [results]} in the order of `points` (the sweep's grid); others last."""
   order: dict[str, int] = {}
   for i, p in enumerate(points):
