@@ -176,11 +176,12 @@ def test_data_iterator_round_trip(tmp_path, mesh):
   np.testing.assert_array_equal(expected[0], np.arange(12, 16))
 
 
-def _data_files(step_dir):
+def _data_files(step_dir: pathlib.Path) -> list[pathlib.Path]:
   """The array data files of a step's state (OCDBT's d/ folders), largest first: how orbax
   splits the arrays over them varies from save to save (one to several files), and a small
   split leaves a metadata file (_sharding) the largest of the folder."""
   files = [p for p in (step_dir / "state").rglob("d/*") if p.is_file()]
+  assert files, f"no OCDBT data files under {step_dir}/state"
   return sorted(files, key=lambda p: p.stat().st_size, reverse=True)
 
 

@@ -59,6 +59,12 @@ def _write_point(points: pathlib.Path, heads: int, d_k: int, rate: float, seed: 
       {"name": name, "overrides": overrides, "seed": seed, "status": "ok", "metrics": metrics}))
 
 
+@pytest.fixture(autouse=True)
+def _at_the_repo_root(monkeypatch):
+  """A sweep file names its base config from the repo root, where the runner reads it."""
+  monkeypatch.chdir(REPO)
+
+
 @pytest.fixture
 def toy(tmp_path):
   """docs/sweeps/toy/points/*/result.json and configs/sweeps/toy.py under tmp_path: seed 0 at
@@ -158,6 +164,18 @@ def test_layer_0_slopes_agree_with_the_committed_sweep_report(name):
   if name == "e6_head_dim":  # the page's example: 0.968 ± 0.035 at init, Xavier
     assert "| 0.968 ± 0.035 | [0.925, 1.012] | yes |" in va.report(
         str(REPO / "docs" / "sweeps"), str(REPO / "configs" / "sweeps"), sweeps=(name,))
+
+
+def test_a_point_outside_the_sweeps_arms_is_not_read(toy, tmp_path):
+  """A result whose overrides set a field off the axes (a stray run copied in) is left out."""
+  _write_point(tmp_path / "docs" / "sweeps" / "toy" / "points", 1, 32, 0.03, 0, 1.0,
+               {0: 1.0, 1: 0.5})  # the lowest loss: read as a point, it would be chosen
+  extra = next((tmp_path / "docs" / "sweeps" / "toy" / "points").glob("*learning_rate=0.03*"))
+  result = json.loads((extra / "result.json").read_text())
+  result["overrides"]["dropout_rate"] = 0.3
+  (extra / "result.json").write_text(json.dumps(result))
+  assert va.report(str(tmp_path / "docs" / "sweeps"), str(tmp_path / "configs" / "sweeps"),
+                   sweeps=("toy",)) == toy
 
 
 def test_chosen_rates_are_the_sweep_reports():

@@ -11,10 +11,13 @@ file, configs/sweeps/NAME.py (grid.load_sweep; its base config from the working 
 the runner reads it); neither imports jax.
 
 Each arm (one setting of the axes) is read at the rate the sweep runner chose for it
-(tuning.best_per_arm: the lowest mean of `select`, the validation loss, over the choosing
-seeds). E6 chooses on seed 0 alone and every arm chose 1e-2; the figures are then the 'ok'
-runs with diagnostics at the chosen value of the choosing seeds and `confirm_seeds` (E6: seeds
-0-4), of `confirm_seeds` alone with `fresh_report` (M3, M7: seeds 3-5).
+(tuning.best_per_arm: among the rates it searched, the grid and its edge extensions, the lowest
+mean of `select`, the validation loss, over the choosing seeds, a rate where one of them is
+missing or failed never chosen, ties to the smaller; an 'ok' run without diagnostics counts in
+that choice but is not read here). E6 chooses on seed 0 alone and every arm chose 1e-2; the
+figures are then the 'ok' runs with diagnostics at the chosen value of the choosing seeds and
+`confirm_seeds` (E6: seeds 0-4), of `confirm_seeds` alone with `fresh_report` (M3, M7: seeds
+3-5).
 
 Every statistic is the mean over a layer's heads of the diagnostics' per-head value
 (transformer/diagnostics.py): raw_var_within (Var(q.k) across one query's keys, before the
@@ -59,12 +62,12 @@ NORM_INPUT = "layer norm output"
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One finished point: its arm, rate, seed, the model fields read here, its head means."""
+  """One finished point: its arm, rate, seed, the model fields read here, its head means and
+  its result.json (what the rate's choice reads)."""
   arm: tuple[tuple[str, Any], ...]  # the axis settings, in the axes' order (grid.arm_of)
   rate: Optional[float]
   seed: int
-  ok: bool
-  select: float
+  ok: bool  # 'ok', with diagnostics
   model: dict[str, Any]  # norm_position, embed_norm, attention_scale: override, fixed or base
   d_k: int
   layers: dict[tuple[str, int], dict[str, float]]  # {(stack, layer): {"init/STAT": head mean}}
@@ -167,19 +170,20 @@ def _run(result: dict[str, Any], sweep: Sweep, base: dict[str, Any]) -> Run:
   ratio = first.get("init/raw_var_within", math.nan) / first.get("init/qk_var_over_dk_within",
                                                                  math.nan)
   rate = overrides.get(sweep.tuned_field) if sweep.tuned_field else None
-  select = float(result["metrics"].get(sweep.select, math.nan))
   return Run(arm=grid.arm_of(sweep, overrides),
              rate=None if rate is None else float(f"{rate:.6g}"), seed=int(result["seed"]),
              # a run without diagnostics counts in the choice of its rate, never read here
-             ok=result["status"] == "ok" and math.isfinite(ratio), select=select, model=model,
+             ok=result["status"] == "ok" and math.isfinite(ratio), model=model,
              d_k=int(round(ratio)) if math.isfinite(ratio) else 0, layers=layers,
              result=result)
 
 
 def read_runs(workdir: str, sweep: Sweep) -> list[Run]:
-  """Every finished point of the sweep in workdir (docs/sweeps/NAME), in name order."""
+  """Every finished point of the sweep in workdir (docs/sweeps/NAME) that belongs to one of
+  its arms (`grid.arm_of`), in name order; the sweep's failure rule judges each as it is read."""
   base = _base_model(sweep.base)
-  return [_run(r, sweep, base) for r in stats.load_results(workdir, sweep.failure)]
+  runs = [_run(r, sweep, base) for r in stats.load_results(workdir, sweep.failure)]
+  return [r for r in runs if r.arm is not None]
 
 
 def reported_runs(runs: Sequence[Run], sweep: Sweep

@@ -35,11 +35,13 @@ from transformer.training.writers import MetricWindow, MetricWriter, read_metric
 
 def _get_datasets(exp: experiment.Experiment, workdir: str) -> pipeline.Datasets:
   """Process 0 prepares the data (and tokenizer) first; the others then read what it wrote."""
+  if jax.process_count() == 1:
+    return pipeline.get_datasets(exp.data, workdir=workdir)
+  if jax.process_index() == 0:
+    datasets = pipeline.get_datasets(exp.data, workdir=workdir)
+  multihost_utils.sync_global_devices("transformer: datasets prepared")
   if jax.process_index() != 0:
-    multihost_utils.sync_global_devices("transformer: datasets prepared")
-  datasets = pipeline.get_datasets(exp.data, workdir=workdir)
-  if jax.process_index() == 0 and jax.process_count() > 1:
-    multihost_utils.sync_global_devices("transformer: datasets prepared")
+    datasets = pipeline.get_datasets(exp.data, workdir=workdir)
   return datasets
 
 

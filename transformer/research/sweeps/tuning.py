@@ -178,7 +178,6 @@ def _holm(p_values: Sequence[float], alpha: float) -> list[bool]:
   return keep
 
 
-
 def itt_missing(sweep: Sweep) -> Optional[float]:
   """What a reporting run without a finite sweep.report counts as in the intention-to-treat
   figure: sweep.itt_missing where declared; else, where sweep.report is an NLL, ln of the
@@ -400,10 +399,10 @@ def _compared(sweep: Sweep, bests: list[ArmBest]) -> list[tuple[ArmBest, ArmBest
 def paired_differences(sweep: Sweep, bests: list[ArmBest], itt: bool = False) -> list[Paired]:
   """Every comparison of `_compared`, paired by seed; `itt`: of the intention-to-treat
   figures (every reporting run counted)."""
-  figures, rows = ("itt_by_seed", "itt_rows_by_seed") if itt else ("report_by_seed",
-                                                                     "rows_by_seed")
-  return [paired(b.name, base.name, getattr(b, figures), getattr(base, figures),
-                 getattr(b, rows), getattr(base, rows)) for b, base in _compared(sweep, bests)]
+  def figures(b: ArmBest) -> tuple[dict[int, float], dict[int, list]]:
+    return (b.itt_by_seed, b.itt_rows_by_seed) if itt else (b.report_by_seed, b.rows_by_seed)
+  return [paired(b.name, base.name, figures(b)[0], figures(base)[0], figures(b)[1],
+                 figures(base)[1]) for b, base in _compared(sweep, bests)]
 
 
 def paired(arm: str, baseline: str, arm_by_seed: dict[int, float],
