@@ -73,6 +73,11 @@ def test_model_scale_fields_take_numbers():
      r"holm_family .* \('none', 'paper'\) is not one"),  # untuned, no baseline: no comparison
     (dict(arm_names=("paper", "none"), baseline="embed_scale=sqrt_d",
           holm_family=(("none", "paper"), ("none", "paper"))), "names a comparison twice"),
+    # Within a contrast only each arm against its own reference: not across the other axis.
+    (dict(axes=({"model.d_model": [32, 64]}, {"model.embed_scale": ["sqrt_d", "none"]}),
+          arm_names=("paper@32", "none@32", "paper@64", "none@64"),
+          contrast="model.embed_scale", holm_family=(("none@64", "paper@32"),)),
+     r"holm_family .* \('none@64', 'paper@32'\) is not one"),
     (dict(itt_missing=float("nan")), "itt_missing=nan must be a finite number"),
     (dict(failure=sweeps.FailureRule(), report="test/bleu"), r"declare .*\(itt_missing\)"),
 ])

@@ -394,11 +394,14 @@ def _check_declared(sweep: Sweep) -> None:
                       f"arms are {names}.")
   base = next((sweep.arm_name(a) for a in arms(sweep) if arm_label(a) == sweep.baseline),
               names[0])
+  if sweep.contrast is not None:
+    made = {(sweep.arm_name(a), sweep.arm_name(r))
+            for a, r in contrast_references(sweep, arms(sweep)).items() if r != a}
+  else:
+    made = {(n, base) for n in names if n != base} if sweep.tune or sweep.baseline else set()
+  made |= {tuple(p) for p in sweep.pairs}
   for pair in sweep.holm_family:
-    made = len(pair) == 2 and set(pair) <= set(names) and pair[0] != pair[1] and (
-        sweep.contrast is not None or tuple(pair) in sweep.pairs
-        or (bool(sweep.tune or sweep.baseline) and pair[1] == base))
-    if not made:
+    if tuple(pair) not in made:
       raise ConfigError(f"holm_family holds (arm, baseline) comparisons the sweep makes (against "
                         f"its baseline, within its contrast, or in pairs); {pair!r} is not one.")
   if len(set(map(tuple, sweep.holm_family))) != len(sweep.holm_family):
@@ -450,6 +453,18 @@ def arms(sweep: Sweep) -> list[Overrides]:
     per_axis.append([tuple(zip(fields, values)) for values in zip(*(axis[f] for f in fields))])
   return [tuple(kv for axis_values in combo for kv in axis_values if kv[1] is not UNSET)
           for combo in itertools.product(*per_axis)]
+
+
+def contrast_references(sweep: Sweep, settings: Sequence[Overrides]) -> dict[Overrides, Overrides]:
+  """{arm: the arm sweep.contrast compares it with} over `settings` (arms of the sweep): the
+  one of the same settings on the other axes at the first setting of the contrast field's axis
+  (all of that axis's fields, which move together); an arm without one is left out."""
+  axis = next(a for a in sweep.axes if sweep.contrast in a)
+  first = {f: values[0] for f, values in axis.items()}
+  others = lambda arm: tuple(kv for kv in arm if kv[0] not in axis)  # noqa: E731
+  refs = {others(a): a for a in settings
+          if all(dict(a).get(f, UNSET) == v for f, v in first.items())}
+  return {a: refs[others(a)] for a in settings if others(a) in refs}
 
 
 def axis_fields(sweep: Sweep) -> list[str]:

@@ -36,7 +36,8 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from transformer.research.sweeps.grid import (NLL_REPORTS, Overrides, Point, Sweep, arm_label,
-                                              arm_of, arms, expand, point_config)
+                                              arm_of, arms, contrast_references, expand,
+                                              point_config)
 from transformer.research.sweeps.stats import mean_std, metric_value
 from transformer.training import experiment
 
@@ -367,16 +368,12 @@ def t_interval(differences: Sequence[float],
 
 
 def _baselines(sweep: Sweep, bests: list[ArmBest]) -> dict[str, ArmBest]:
-  """{arm: the arm it is compared with}: with sweep.contrast, the arm of the same settings on
-  the other axes at the first setting of the contrast field's axis (all of that axis's fields,
-  which move together); else sweep.baseline (default the first arm)."""
+  """{arm: the arm it is compared with}: with sweep.contrast, `grid.contrast_references`; else
+  sweep.baseline (default the first arm)."""
   if sweep.contrast:
-    axis = next(a for a in sweep.axes if sweep.contrast in a)
-    first = {f: values[0] for f, values in axis.items()}
-    others = lambda b: tuple(kv for kv in b.overrides if kv[0] not in axis)  # noqa: E731
-    ref = {others(b): b for b in bests
-           if all(dict(b.overrides)[f] == v for f, v in first.items())}
-    return {b.arm: ref[others(b)] for b in bests if others(b) in ref}
+    by_arm = {b.overrides: b for b in bests}
+    refs = contrast_references(sweep, list(by_arm))
+    return {b.arm: by_arm[refs[b.overrides]] for b in bests if b.overrides in refs}
   base = next(b for b in bests if b.arm == (sweep.baseline or bests[0].arm))
   return {b.arm: base for b in bests}
 
