@@ -25,6 +25,7 @@ from transformer.errors import ConfigError
 from transformer.research.sweeps import plots, tuning
 from transformer.research.sweeps.grid import load_sweep
 from transformer.research.sweeps.stats import load_results, mean_std, metric_value
+from transformer.training import experiment
 
 HEADLINE = "headline.png"
 BALANCE = "balance.png"
@@ -45,22 +46,30 @@ def _e5(d: int) -> tuple[float, str, str, str]:
           f"d_model={d},d_ff={4 * d},embed_scale=sqrt_d")
 
 
-W1_SWEEPS = {64: "w1_d64", 128: "w1_d128", 256: "m9_width_256"}
-SERIES = (
-    Series("2 layers, 400 steps (E5)", "width", tuple(_e5(d) for d in (32, 64, 128))),
-    Series("4 layers, 1200 steps, d_k 64 (W1; 256: M9)", "width",
-           tuple((d, name, "no_scale", "paper") for d, name in W1_SWEEPS.items())),
-    Series("2 layers, 1200 steps (M4)", "width",
-           ((64, "m4_penalty_vs_steps", "no_scale@1200", "paper@1200"),)),
-    Series("d_model 64, 2 layers (M4)", "length",
-           tuple((n, "m4_penalty_vs_steps", f"no_scale@{n}", f"paper@{n}")
-                 for n in (400, 1200, 3000))),
-)
-# W1's no-scale arms, each against the paper of its width.
-BALANCE_SERIES = tuple(
-    Series(f"d_model {d}, 4 layers", "ratio",
-           tuple((d, name, arm, "paper") for arm in ("no_scale", "ratio_matched", "pe_down")))
-    for d, name in W1_SWEEPS.items())
+def _w1_sweeps(configs_dir: str) -> dict[int, str]:
+  """{d_model: W1's sweep at that width (M9's at 256)}, as the W1 sweep file declares it."""
+  return experiment.load_module(os.path.join(configs_dir, "w1_d64.py")).SWEEP_OF_WIDTH
+
+
+def _series(configs_dir: str) -> tuple[Series, ...]:
+  return (
+      Series("2 layers, 400 steps (E5)", "width", tuple(_e5(d) for d in (32, 64, 128))),
+      Series("4 layers, 1200 steps, d_k 64 (W1; 256: M9)", "width",
+             tuple((d, name, "no_scale", "paper") for d, name in _w1_sweeps(configs_dir).items())),
+      Series("2 layers, 1200 steps (M4)", "width",
+             ((64, "m4_penalty_vs_steps", "no_scale@1200", "paper@1200"),)),
+      Series("d_model 64, 2 layers (M4)", "length",
+             tuple((n, "m4_penalty_vs_steps", f"no_scale@{n}", f"paper@{n}")
+                   for n in (400, 1200, 3000))),
+  )
+
+
+def _balance_series(configs_dir: str) -> tuple[Series, ...]:
+  """W1's no-scale arms, each against the paper of its width."""
+  return tuple(
+      Series(f"d_model {d}, 4 layers", "ratio",
+             tuple((d, name, arm, "paper") for arm in ("no_scale", "ratio_matched", "pe_down")))
+      for d, name in _w1_sweeps(configs_dir).items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +132,7 @@ def _points(series: Sequence[Series], configs_dir: str, sweeps_dir: str) -> list
 
 def headline_points(configs_dir: str = "configs/sweeps",
                     sweeps_dir: str = "docs/sweeps") -> list[Point]:
-  return _points(SERIES, configs_dir, sweeps_dir)
+  return _points(_series(configs_dir), configs_dir, sweeps_dir)
 
 
 def table(found: Sequence[Point], x_name: str) -> str:
@@ -197,7 +206,7 @@ def headline(out_dir: str, configs_dir: str = "configs/sweeps",
 def balance(out_dir: str, configs_dir: str = "configs/sweeps",
             sweeps_dir: str = "docs/sweeps") -> str:
   """Writes OUT_DIR/balance.png and returns its table."""
-  found = _points(BALANCE_SERIES, configs_dir, sweeps_dir)
+  found = _points(_balance_series(configs_dir), configs_dir, sweeps_dir)
   balance_figure(found, out_dir)
   return table(found, "token/PE ratio at init")
 
