@@ -229,24 +229,31 @@ def corpus(tmp_path):
   return tmp_path
 
 
-@pytest.fixture(scope="session")
-def decode_run(tmp_path_factory, tfds_dir, worker_id):
-  """A seconds-long seq2seq run, with BLEU on the eval split every 5 steps; trained once per
-  session even when pytest-xdist workers share its users (they share its directory).
-  test_lines, test_loading and test_evaluate decode it."""
+def made_once(tmp_path_factory, worker_id, name, make) -> str:
+  """The session's folder `name`, made by `make(path)` once even when pytest-xdist workers
+  share its users: the first to ask makes it, the other waits for it, then reuses it."""
   shared = tmp_path_factory.getbasetemp()
   shared = shared if worker_id == "master" else shared.parent  # the session's, not the worker's
-  path = shared / "decode_run"
-  with open(shared / "decode_run.lock", "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits for the run, then reuses it
-    if not (path / "trained").exists():
-      config = tiny_experiment(tfds_dir)
-      config.bleu_every_steps = 5
-      config.num_decode_examples = 2
-      from transformer.training import experiment, loop  # here: most tests need no training code
-      loop.train_and_evaluate(experiment.parse(config), str(path))
-      (path / "trained").touch()
+  path = shared / name
+  with open(shared / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (shared / f"{name}.made").exists():
+      make(path)
+      (shared / f"{name}.made").touch()
   return str(path)
+
+
+@pytest.fixture(scope="session")
+def decode_run(tmp_path_factory, tfds_dir, worker_id):
+  """A seconds-long seq2seq run, with BLEU on the eval split every 5 steps, trained once per
+  session. test_lines, test_loading and test_evaluate decode it."""
+  def train(path):
+    config = tiny_experiment(tfds_dir)
+    config.bleu_every_steps = 5
+    config.num_decode_examples = 2
+    from transformer.training import experiment, loop  # here: most tests need no training code
+    loop.train_and_evaluate(experiment.parse(config), str(path))
+  return made_once(tmp_path_factory, worker_id, "decode_run", train)
 
 
 @pytest.fixture(scope="session")

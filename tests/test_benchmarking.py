@@ -2,8 +2,6 @@
 test_model_summary.py)."""
 
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +9,7 @@ import numpy as np
 import pytest
 
 import batch_identity
+import script_starter
 from conftest import REPO, forked_script_runs, script_env
 from transformer.config import ModelConfig
 from transformer.research import benchmarking
@@ -58,15 +57,12 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   """scripts/benchmark.py end to end on a tiny config: one JSON with every mode's figures."""
   out = tmp_path / "bench.json"
   env = script_env()
-  proc = subprocess.run(
-      [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
-       "--config.model.d_model=32", "--config.model.d_ff=64",
-       "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
-       "--config.batch_size=8", "--config.max_len=8",
-       "--mode=train,eval,diagnostics,decode", "--steps=1", "--repeats=1",
-       "--diagnostics_every=2", "--decode_tokens=8", f"--output={out}",
-       f"--profile={tmp_path / 'profile'}"],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  proc = script_starter.run(REPO / "scripts" / "benchmark.py", [
+      "--config=configs/default.py", "--config.model.d_model=32", "--config.model.d_ff=64",
+      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+      "--config.batch_size=8", "--config.max_len=8", "--mode=train,eval,diagnostics,decode",
+      "--steps=1", "--repeats=1", "--diagnostics_every=2", "--decode_tokens=8",
+      f"--output={out}", f"--profile={tmp_path / 'profile'}"], env=env, cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-2000:]
   result = json.loads(out.read_text())
   assert result["mfu"] > 0 and result["compile_seconds"] > 0 and result["eval_tokens_per_sec"] > 0
@@ -166,13 +162,12 @@ def test_the_loop_mode_reports_the_main_jobs_loop_beside_its_step(tmp_path, tfds
   (the windows after the compiling one), the step's alone, their ratio, and the host's time
   a step and its wait for batches. No time is asserted."""
   out = tmp_path / "loop.json"
-  proc = subprocess.run(
-      [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--config=configs/default.py",
-       f"--config.tfds_data_dir={tfds_dir}", "--config.model.d_model=32",
-       "--config.model.d_ff=64", "--config.model.num_encoder_layers=1",
-       "--config.model.num_decoder_layers=1", "--config.batch_size=8", "--config.max_len=17",
-       "--mode=loop", "--loop_steps=12", "--steps=1", "--repeats=1", f"--output={out}"],
-      cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=300)
+  proc = script_starter.run(REPO / "scripts" / "benchmark.py", [
+      "--config=configs/default.py", f"--config.tfds_data_dir={tfds_dir}",
+      "--config.model.d_model=32", "--config.model.d_ff=64",
+      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+      "--config.batch_size=8", "--config.max_len=17", "--mode=loop", "--loop_steps=12",
+      "--steps=1", "--repeats=1", f"--output={out}"], env=script_env(), cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-2000:]
   result = json.loads(out.read_text())
   got = result["loop"]

@@ -92,12 +92,11 @@ def test_an_unknown_section_of_an_override_is_named_with_its_flag(monkeypatch, c
 
 def test_an_empty_workdir_is_refused_before_anything_is_written(tmp_path):
   """`--workdir=$RUN` with RUN unset trained into the current directory."""
-  import subprocess
+  import script_starter
   from conftest import DEFAULT, TRAIN, script_env
   for workdir in ("", " "):
-    run = subprocess.run([sys.executable, TRAIN, f"--config={DEFAULT}", f"--workdir={workdir}"],
-                         cwd=tmp_path, env=script_env(), capture_output=True, text=True,
-                         timeout=120)
+    run = script_starter.run(TRAIN, [f"--config={DEFAULT}", f"--workdir={workdir}"],
+                             env=script_env(), cwd=tmp_path)
     assert run.returncode == 1
     assert run.stderr.strip().endswith(
         "error: --workdir is empty (an unset shell variable?); pass the run's directory, e.g. "
@@ -141,13 +140,12 @@ def test_a_config_file_that_does_not_parse_or_give_a_config_is_one_line(tmp_path
                                                                        message):
   """A syntax error printed absl's 54-line traceback; a get_config() returning 5 an
   AttributeError at its first use."""
-  import subprocess
+  import script_starter
   from conftest import TRAIN, script_env
   path = tmp_path / "bad.py"
   path.write_text(text)
-  run = subprocess.run([sys.executable, TRAIN, f"--config={path}{argument}",
-                        f"--workdir={tmp_path / 'w'}"],
-                       env=script_env(), capture_output=True, text=True, timeout=120)
+  run = script_starter.run(TRAIN, [f"--config={path}{argument}", f"--workdir={tmp_path / 'w'}"],
+                           env=script_env(), cwd=os.getcwd())
   assert run.returncode == 1
   assert run.stderr.strip().splitlines() == [message.format(path=path)]
   assert not (tmp_path / "w").exists()
@@ -155,10 +153,9 @@ def test_a_config_file_that_does_not_parse_or_give_a_config_is_one_line(tmp_path
 
 def test_help_still_exits_as_absl_makes_it():
   """Only a config file's sys.exit is taken for a mistake: --help's is absl's own."""
-  import subprocess
+  import script_starter
   from conftest import TRAIN, script_env
-  run = subprocess.run([sys.executable, TRAIN, "--helpshort"], env=script_env(),
-                       capture_output=True, text=True, timeout=120)
+  run = script_starter.run(TRAIN, ["--helpshort"], env=script_env(), cwd=os.getcwd())
   assert run.returncode == 1 and "--workdir" in run.stdout and "error:" not in run.stderr  # absl's
 
 

@@ -5,12 +5,12 @@ import json
 import logging
 import os
 import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
+import script_starter
 from conftest import REPO, script_env
 from test_bleu import sacrebleu_cli
 from transformer.config import ModelConfig
@@ -26,9 +26,8 @@ from transformer.token_ids import UNK_ID
 
 
 def _script(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-  env = script_env()
-  return subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], input=stdin,
-                        capture_output=True, text=True, env=env, timeout=300)
+  return script_starter.run(REPO / "scripts" / name, args, env=script_env(), cwd=os.getcwd(),
+                            stdin=stdin)
 
 
 def test_lines_are_kept_in_order_and_empty_lines_stay_empty(decode_run, caplog):

@@ -25,13 +25,24 @@ from transformer.trained import evaluate
 from transformer.training import experiment, loop, run, steps, workdir_checks, writers
 
 
+# The device count matters to the mesh tests below (the 8 forced devices, or a mesh of their
+# own); every other test trains on one device, where the loop's logic is the same and a tiny
+# step runs and compiles faster (this file: 128 s -> 98 s on 2 cores).
+ONE_DEVICE = jax.devices()[:1]
+
+
+def _train(config, workdir, devices=ONE_DEVICE):
+  """loop.train_and_evaluate of `config` (an ml_collections experiment) on `devices`."""
+  return loop.train_and_evaluate(experiment.parse(config), str(workdir), devices=devices)
+
+
 def _losses(workdir):
   return [r["loss"] for r in writers.read_metrics(str(workdir), "train")]
 
 
 def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog, monkeypatch):
   workdir = tmp_path / "w"
-  loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))  # checkpoints at 5 and 10
+  _train(tiny_config, str(workdir))  # checkpoints at 5 and 10
   damaged = workdir / "checkpoints" / "10"
   for f in (damaged / "state").rglob("*"):
     if f.is_file() and f.stat().st_size > 1000:
@@ -46,7 +57,7 @@ def test_damaged_newest_checkpoint_is_skipped(tiny_config, tmp_path, caplog, mon
 
   monkeypatch.setattr(loop, "tqdm", Bar)
   with caplog.at_level(logging.WARNING):
-    final = loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    final = _train(tiny_config, str(workdir))
   assert final.step == 12
   # The rate and ETA count from after the resumed run's first (compiling) step, restarted once.
   assert paused_at == [5]
@@ -69,10 +80,10 @@ def test_a_crash_in_the_last_evaluation_resumes_at_the_end_and_repeats_only_it(
 
   monkeypatch.setattr(steps, "split_metrics", crash)
   with pytest.raises(RuntimeError, match="killed while evaluating"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   assert checkpoint.Checkpointer(str(workdir)).all_steps() == [5]
   monkeypatch.setattr(steps, "split_metrics", split_metrics)
-  final = loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+  final = _train(tiny_config, str(workdir))
   assert final.step == 5 and final.eval["loss"] > 0
   train = writers.read_metrics(str(workdir), "train")
   assert [r["step"] for r in train] == [1, 2, 3, 4, 5]  # not trained again
@@ -87,7 +98,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
   workdir = tmp_path / "w"
   with pytest.raises(NonFiniteLossError, match=r"^Non-finite (loss at|parameter norm after) "
                      r"step (\d+)") as err:
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   first = int(re.search(r"checkpoints from step (\d+) on were set aside", str(err.value))[1])
   kept = checkpoint.Checkpointer(str(workdir)).all_steps()
   # Checkpoints of params that produced the non-finite loss are set aside (or, where the
@@ -118,7 +129,7 @@ def test_a_run_that_diverges_at_its_last_update_fails_and_keeps_no_bad_checkpoin
   with pytest.raises(NonFiniteLossError, match=r"^Non-finite parameter norm after step 1 "
                      r"\(inf: the update diverged\); training stopped, checkpoints from step 1 "
                      r"on were set aside as <step>.nonfinite and no checkpoint is left;"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   assert checkpoint.finished_steps(checkpoint.checkpoint_dir(str(workdir))) == []
 
 
@@ -134,7 +145,7 @@ def test_a_non_finite_held_out_loss_fails_the_run_and_sets_its_checkpoint_aside(
   with pytest.raises(NonFiniteLossError, match=r"^Non-finite held-out loss at step 5 \(the "
                      r"eval split's: nan\); training stopped, checkpoints from step 5 on were "
                      r"set aside as <step>.nonfinite and no checkpoint is left;"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   assert checkpoint.finished_steps(checkpoint.checkpoint_dir(str(workdir))) == []
   assert (workdir / "checkpoints" / "5.nonfinite").is_dir()
 
@@ -158,12 +169,12 @@ def test_a_checkpoint_of_one_mesh_resumes_on_another_to_the_same_params(tiny_con
   tiny_config.model.use_bias = False
   tiny_config.log_every_steps = tiny_config.eval_every_steps = 10
   whole = tmp_path / "whole"
-  loop.train_and_evaluate(experiment.parse(tiny_config), str(whole))  # all-data, 10 steps
+  _train(tiny_config, str(whole), devices=jax.devices())  # all-data, 10 steps
   split = tmp_path / "split"
   tiny_config.num_train_steps, tiny_config.fsdp = 5, 8  # FSDP, saved at step 5 ...
-  loop.train_and_evaluate(experiment.parse(tiny_config), str(split))
+  _train(tiny_config, str(split), devices=jax.devices())
   tiny_config.num_train_steps, tiny_config.fsdp = 10, 1  # ... resumed all-data
-  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(split)).step == 10
+  assert _train(tiny_config, str(split), devices=jax.devices()).step == 10
   expected, got = (checkpoint.load_params(str(w))[0] for w in (whole, split))
   for a, b in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -173,7 +184,7 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
   workdir = tmp_path / "w"
   tiny_config.num_train_steps = 5
   tiny_config.fsdp = 8  # params and optimizer state saved split over the 8 devices
-  loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir), devices=devices)
+  _train(tiny_config, str(workdir), devices=devices)
   # The logits of the training process's own (sharded, restored) state ...
   from transformer.training import sharding, steps
   model_config = checkpoint.load_params(str(workdir))[1]
@@ -210,32 +221,32 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
 def test_user_mistakes_raise_one_clear_sentence(tiny_config, tmp_path):
   tiny_config.batch_size = 12  # 8 devices
   with pytest.raises(ValueError, match="batch_size=12 is not divisible by the 8 devices"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "a"))
+    _train(tiny_config, str(tmp_path / "a"), devices=jax.devices())
   tiny_config.batch_size = 16
   tiny_config.dataset = "wmt99"
   with pytest.raises(ValueError, match="Unknown dataset 'wmt99'"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "b"))
+    _train(tiny_config, str(tmp_path / "b"))
   assert not (tmp_path / "b").exists()  # a first attempt that failed leaves no empty workdir
   tiny_config.dataset = "synthetic"
   afile = tmp_path / "afile"
   afile.write_text("x")
   with pytest.raises(TrainingError, match="is not writable"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(afile / "sub"))
+    _train(tiny_config, str(afile / "sub"))
   tiny_config.num_train_steps = 1
-  loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
+  _train(tiny_config, str(tmp_path / "c"))
   tiny_config.model.d_model = 48
   with pytest.raises(TrainingError,
                      match=r"different model .*d_model 32 -> 48.*allow_model_change"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
+    _train(tiny_config, str(tmp_path / "c"))
   tiny_config.model.d_model = 32
   # The saved data position counts batches: another batch size would resume elsewhere.
   tiny_config.batch_size = 32
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
+    _train(tiny_config, str(tmp_path / "c"))
   # config.json deleted: the config stored with the checkpoint still says what the run was.
   os.remove(tmp_path / "c" / checkpoint.CONFIG_FILE)
   with pytest.raises(TrainingError, match=r"another data stream \(batch_size 16 -> 32\)"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "c"))
+    _train(tiny_config, str(tmp_path / "c"))
 
 
 def test_a_first_run_that_fails_once_its_data_is_read_leaves_no_workdir(tiny_config, tmp_path,
@@ -246,7 +257,7 @@ def test_a_first_run_that_fails_once_its_data_is_read_leaves_no_workdir(tiny_con
 
   monkeypatch.setattr(experiment, "check_data_vocab", refuse)
   with pytest.raises(TrainingError, match="refused once the data was read"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+    _train(tiny_config, str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
 
 
@@ -261,7 +272,7 @@ def test_an_error_inside_a_train_step_keeps_its_type_and_traceback(tiny_config, 
 
   monkeypatch.setattr(steps, "build_steps", failing_build)
   with pytest.raises(TypeError, match="a bug inside the train step") as e:
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+    _train(tiny_config, str(tmp_path / "w"))
   assert any(entry.name == "train" for entry in e.traceback)  # raised where it happened
 
 
@@ -273,7 +284,7 @@ def test_a_full_disk_is_one_clear_sentence(tiny_config, tmp_path, monkeypatch):
   tiny_config.num_train_steps = 5
   with pytest.raises(TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+    _train(tiny_config, str(tmp_path / "w"))
 
 
 def test_a_full_disk_under_the_data_names_that_disk_and_no_checkpoint(tiny_config, tmp_path,
@@ -287,7 +298,7 @@ def test_a_full_disk_under_the_data_names_that_disk_and_no_checkpoint(tiny_confi
 
   monkeypatch.setattr(loop, "_get_datasets", no_space)
   with pytest.raises(TrainingError) as e:
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+    _train(tiny_config, str(tmp_path / "w"))
   message = str(e.value)
   assert message.startswith(f"No space left on the disk of {shard} ([Errno 28] No space left ")
   assert message.endswith("); free space and rerun the same command: it starts from step 0, as "
@@ -300,7 +311,7 @@ def five_steps(tfds_dir, tmp_path_factory):
   config = tiny_experiment(tfds_dir)
   config.num_train_steps = 5
   workdir = tmp_path_factory.mktemp("five_steps") / "w"
-  loop.train_and_evaluate(experiment.parse(config), str(workdir))
+  _train(config, str(workdir))
   return workdir
 
 
@@ -322,12 +333,12 @@ def test_a_run_whose_loss_sat_flat_says_it_failed_where_it_ends(tiny_config, tmp
   good run; the default failure rule now says it stalled, in the summary and in `final`."""
   tiny_config.update(learning_rate=1e-12, diagnostics_every_steps=0, num_train_steps=105,
                      log_every_steps=50, eval_every_steps=105, checkpoint_every_steps=105)
-  final = loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+  final = _train(tiny_config, str(tmp_path / "w"))
   # Its first train record after warmup (5 steps) is step 50's, 55 steps before its last: too
   # few to judge a stall by (100); trained on to step 155, it is judged.
   assert final.failure is None
   tiny_config.update(num_train_steps=155, eval_every_steps=155, checkpoint_every_steps=155)
-  final = loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+  final = _train(tiny_config, str(tmp_path / "w"))
   assert re.fullmatch(r"stalled: train loss [\d.]+ at step 155 against [\d.]+ at step 50",
                       final.failure)
   lines = final.lines("/w")
@@ -353,7 +364,7 @@ def test_a_resume_onto_other_data_is_refused_before_any_dataset_is_built(
   tiny_config.tfds_data_dir = str(tmp_path / "tfds")
   tiny_config.update_from_flattened_dict({field: value})
   with pytest.raises(TrainingError, match=rf"another data stream \({said}\)"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   assert not (tmp_path / "tfds").exists()
 
 
@@ -365,7 +376,7 @@ def test_a_resume_with_another_optimizer_names_it(five_steps, tiny_config, tmp_p
   with pytest.raises(TrainingError, match=r"^Workdir .* was trained with optimizer='adam', "
                      r"whose state its checkpoints hold; this run asks for 'sgd': resume with "
                      r"--config.optimizer=adam, or use a new --workdir.$"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
 
 
 def test_a_model_change_a_resume_accepts_is_warned_and_in_the_checkpoints_record(
@@ -377,7 +388,7 @@ def test_a_model_change_a_resume_accepts_is_warned_and_in_the_checkpoints_record
   tiny_config.update(num_train_steps=6, allow_model_change=True)
   tiny_config.model.dropout_rate = 0.3
   with caplog.at_level(logging.WARNING):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   assert "a different model (dropout_rate 0.1 -> 0.3; allow_model_change=True)" in caplog.text
   stored = checkpoint.load_params(str(workdir)).record  # the record of step 6
   assert stored[workdir_checks.CHANGED_ON_RESUME] == [
@@ -392,9 +403,9 @@ def test_a_rerun_with_fewer_steps_than_its_checkpoint_is_refused(five_steps, tin
   tiny_config.num_train_steps = 3
   with pytest.raises(TrainingError, match=r"holds a checkpoint at step 5, past "
                      r"num_train_steps=3; pass --config.num_train_steps=5 or more to continue"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   tiny_config.num_train_steps = 5  # the same command again: its evaluations, nothing trained
-  assert loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir)).step == 5
+  assert _train(tiny_config, str(workdir)).step == 5
 
 
 def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_stop(
@@ -406,14 +417,14 @@ def test_each_train_record_says_the_steps_it_covers_across_checkpoints_and_a_sto
   tiny_config.update(num_train_steps=10, log_every_steps=5, checkpoint_every_steps=2,
                      eval_every_steps=10)
   unbroken, resumed = str(tmp_path / "unbroken"), str(tmp_path / "resumed")
-  final = loop.train_and_evaluate(experiment.parse(tiny_config), unbroken)
+  final = _train(tiny_config, unbroken)
   train = {r["step"]: r for r in writers.read_metrics(unbroken, "train")}
   assert (train[5]["first_step"], train[10]["first_step"]) == (1, 6)
   assert type(train[10]["first_step"]) is int and "first_step" not in final.train  # not a metric
   monkeypatch.setattr(stop_signals.StopSignals, "should_stop", lambda self, step: step == 6)
-  assert loop.train_and_evaluate(experiment.parse(tiny_config), resumed).step == 6
+  assert _train(tiny_config, resumed).step == 6
   monkeypatch.undo()
-  loop.train_and_evaluate(experiment.parse(tiny_config), resumed)
+  _train(tiny_config, resumed)
   again = {r["step"]: r for r in writers.read_metrics(resumed, "train")}
   assert again[5] == {**train[5], **{k: again[5][k] for k in writers.TIMING_FIELDS}}
   assert again[10]["first_step"] == 7 and again[10]["loss"] != train[10]["loss"]
@@ -431,7 +442,7 @@ def test_a_read_only_checkpoint_directory_is_refused_before_training(five_steps,
     with pytest.raises(TrainingError, match=r"^The checkpoint directory .*/checkpoints is "
                        r"not writable \((Read-only file system|Permission denied)\); make it "
                        r"writable, or pass another --workdir.$"):
-      loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+      _train(tiny_config, str(workdir))
   assert (workdir / writers.METRICS_FILE).read_text() == metrics  # no step trained
 
 
@@ -453,7 +464,7 @@ def test_a_full_disk_when_a_resume_rewrites_its_files_is_one_sentence(five_steps
   with pytest.raises(TrainingError, match=r"^No space left on the disk of .*; free space "
                      "and rerun the same command: it resumes from the newest readable "
                      r"checkpoint.$"):
-    loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+    _train(tiny_config, str(workdir))
   assert {name: (workdir / name).read_text() for name in before} == before  # nothing lost
   assert not list(workdir.glob("*.tmp-*"))
 
@@ -481,7 +492,7 @@ def test_batch_and_metric_mistakes_end_before_any_data_and_leave_the_workdir_as_
   config.tokenizer.update(kind="sentencepiece", vocab_size=300)
   config.update_from_flattened_dict(fields)
   with pytest.raises(UserError, match=message):
-    loop.train_and_evaluate(experiment.parse(config), str(workdir))
+    _train(config, str(workdir), devices=jax.devices())
   assert [p.name for p in workdir.iterdir()] == ["notes.txt"]
   assert not (tmp_path / "tfds").exists()
 
@@ -494,7 +505,7 @@ def test_a_second_run_on_a_workdir_in_use_is_refused(tiny_config, tmp_path):
   with workdir_checks.workdir_lock(str(workdir)):  # the first run, training
     with pytest.raises(TrainingError, match=rf"^Workdir {workdir} is in use by another "
                        rf"run \(process {os.getpid()} on "):
-      loop.train_and_evaluate(experiment.parse(tiny_config), str(workdir))
+      _train(tiny_config, str(workdir))
   assert list(workdir.iterdir()) == []  # the first run's lock files, gone with its release
 
 
@@ -525,7 +536,7 @@ def test_heldout_diagnostics_a_non_init_knob_keeps_the_init_and_test_is_scored_a
     config.model.attention_scale = scale
     config.model.dropout_rate = 0.0
     config.profile_steps = "1,1" if scale == "none" else ""  # a trace of step 2
-    final = loop.train_and_evaluate(experiment.parse(config), str(tmp_path / scale))
+    final = _train(config, str(tmp_path / scale))
     traces = list((tmp_path / scale / loop.PROFILE_DIR).rglob("*.xplane.pb"))
     assert len(traces) == (1 if scale == "none" else 0) and all(t.stat().st_size for t in traces)
     records = writers.read_metrics(str(tmp_path / scale), "diagnostics")
@@ -562,18 +573,18 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
   config = _lm_on(corpus, tiny_config, num_train_steps=2, eval_every_steps=2,
                   checkpoint_every_steps=2)
   workdir = str(tmp_path / "w")
-  loop.train_and_evaluate(experiment.parse(config), workdir)
+  _train(config, workdir)
   book = corpus / "books" / "a.txt"
   os.utime(book, (1, 1))  # touched: the same text
   config.num_train_steps = 4
   with caplog.at_level(logging.INFO):
-    assert loop.train_and_evaluate(experiment.parse(config), workdir).step == 4
+    assert _train(config, workdir).step == 4
   assert "Resumed from step 2" in caplog.text
   book.write_text("Other text altogether,\nfor another run.\n\n" * 30)
   config.num_train_steps = 6
   with pytest.raises(TrainingError, match=rf"another data stream \(data_files: {book} "
                      r"changed\); .*allow_data_change=True"):
-    loop.train_and_evaluate(experiment.parse(config), workdir)
+    _train(config, workdir)
   with pytest.raises(InferenceError, match=rf"The data files of {workdir} hold other "
                      rf"text than it was trained on \(data_files: {book} changed\)"):
     evaluate.evaluate_workdir(workdir)  # its eval split held out of other text
@@ -583,7 +594,7 @@ def test_other_text_in_the_data_files_is_refused_on_resume_unless_allowed(tiny_c
     analysis.analyze(workdir, num_batches=1)  # its statistics: of that split too
   assert not any(os.path.exists(os.path.join(workdir, d)) for d in ("eval", "plots"))
   config.allow_data_change = True
-  assert loop.train_and_evaluate(experiment.parse(config), workdir).step == 6
+  assert _train(config, workdir).step == 6
   identity = checkpoint.read_config(workdir)[checkpoint.IDENTITY_KEY]  # now the run's own
   assert identity["data_files"][str(book)] == corpus_files.content_fingerprint(str(book))
 
@@ -667,7 +678,7 @@ def test_the_loop_fetches_from_the_device_only_at_logging_checkpoint_and_eval_st
       mesh, jax.sharding.PartitionSpec("data"))))
   assert len(reads) == 1
   state["depth"], reads[:] = 0, []
-  loop.train_and_evaluate(experiment.parse(tiny_config), str(tmp_path / "w"))
+  _train(tiny_config, str(tmp_path / "w"))
   assert not reads, reads[0]
   assert lifted.count("summary") == 3 and lifted.count("save") == 2
   records = writers.read_metrics(str(tmp_path / "w"), "train")

@@ -6,13 +6,13 @@ import errno
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import jax
 import numpy as np
 import pytest
 
+import script_starter
 from conftest import TRAIN, script_env, tiny_train_flags
 from transformer import checkpoint, storage
 from transformer.research import analysis
@@ -60,9 +60,8 @@ def _records(workdir):
           for r in writers.read_metrics(str(workdir)) if r["split"] in ("train", "eval")]
 
 
-def _train(flags, cwd, **kw):
-  return subprocess.Popen([sys.executable, TRAIN, *flags], env=script_env(), cwd=cwd,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+def _train(flags, cwd):
+  return script_starter.start(TRAIN, flags, env=script_env(), cwd=cwd, stdout=subprocess.DEVNULL)
 
 
 def _wait_for_metrics_step(workdir, step, proc, timeout=180):

@@ -7,20 +7,19 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, TRAIN, script_env as _env, tiny_train_flags as _tiny_flags
+import script_starter
+from conftest import REPO, TRAIN, made_once, script_env as _env, tiny_train_flags as _tiny_flags
 from transformer import checkpoint
 from transformer.training import writers
 
-def _run(args, devices=1, **kw):
-  return subprocess.run([sys.executable, TRAIN, *args], env=_env(devices), cwd=REPO,
-                        capture_output=True, text=True, timeout=300, **kw)
+def _run(args, devices=1):
+  return script_starter.run(TRAIN, args, env=_env(devices), cwd=REPO)
 
 
 def _params(workdir):
@@ -94,18 +93,18 @@ INTERRUPTIONS = [("SIGKILL", 3), ("SIGINT", 6), ("torn", 0), ("SIGTERM", 13), ("
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 0, "SIGKILL": -9}
 
 
-@pytest.fixture(scope="module")
-def straight(tfds_dir, tmp_path_factory):
+@pytest.fixture(scope="session")
+def straight(tfds_dir, tmp_path_factory, worker_id):
   """The uninterrupted run the interrupted ones must equal."""
-  workdir = tmp_path_factory.mktemp("straight")
-  result = _run(_tiny_flags(tfds_dir, workdir, steps=STEPS, every=EVERY))
-  assert result.returncode == 0, result.stderr[-2000:]
-  # It ends by saying what it did and where: the held-out figures, the checkpoint it wrote.
-  assert re.search(rf"^Run {workdir}: trained to step {STEPS}\.\n  held-out: token accuracy "
-                   rf"[\d.]+%, NLL [\d.]+, perplexity [\d.]+\n", result.stdout, re.M)
-  assert f"checkpoint {workdir}/checkpoints/{STEPS}; metrics {workdir}/metrics.jsonl" in (
-      result.stdout)
-  return workdir
+  def train(workdir):
+    result = _run(_tiny_flags(tfds_dir, workdir, steps=STEPS, every=EVERY))
+    assert result.returncode == 0, result.stderr[-2000:]
+    # It ends by saying what it did and where: the held-out figures, the checkpoint it wrote.
+    assert re.search(rf"^Run {workdir}: trained to step {STEPS}\.\n  held-out: token accuracy "
+                     rf"[\d.]+%, NLL [\d.]+, perplexity [\d.]+\n", result.stdout, re.M)
+    assert f"checkpoint {workdir}/checkpoints/{STEPS}; metrics {workdir}/metrics.jsonl" in (
+        result.stdout)
+  return made_once(tmp_path_factory, worker_id, "straight", train)
 
 
 def _records(workdir):
@@ -122,8 +121,7 @@ def test_interrupted_anywhere_and_rerun_equals_an_uninterrupted_run(straight, tf
       with open(workdir / writers.METRICS_FILE, "a") as f:
         f.write('{"step": 99, "split": "tra')
       continue
-    proc = subprocess.Popen([sys.executable, TRAIN, *flags], env=_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = script_starter.start(TRAIN, flags, env=_env(), cwd=REPO, stdout=subprocess.DEVNULL)
     _wait_for_step(str(workdir), at, proc)
     _signal_while_stopped([proc], [proc], getattr(signal, how))
     _, err = proc.communicate(timeout=300)
@@ -164,11 +162,11 @@ def _two_processes(flags, logs):
   procs = []
   for i in range(2):
     log = logs / f"process_{i}.log"
-    with open(log, "w") as err:
-      procs.append(subprocess.Popen(
-          [sys.executable, TRAIN, *flags, f"--coordinator_address=127.0.0.1:{port}",
-           "--num_processes=2", f"--process_id={i}"], env=_env(2), cwd=REPO,
-          stdout=subprocess.DEVNULL, stderr=err))
+    log.write_text("")
+    procs.append(script_starter.start(
+        TRAIN, [*flags, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                f"--process_id={i}"], env=_env(2), cwd=REPO, stdout=subprocess.DEVNULL,
+        stderr=log))
     procs[-1].log = log
   return procs
 
@@ -214,17 +212,6 @@ def test_a_process_whose_peers_never_come_says_whom_it_waits_for_and_gives_up(tf
   assert not (tmp_path / "w").exists()
 
 
-def test_two_processes_train_like_one_process_with_as_many_devices(tfds_dir, tmp_path):
-  flags = lambda w: _tiny_flags(tfds_dir, w, steps=5, every=5)  # noqa: E731
-  single = _run(flags(tmp_path / "single"), devices=4)
-  assert single.returncode == 0, single.stderr[-2000:]
-  _finish(_two_processes(flags(tmp_path / "multi"), tmp_path / "logs"))
-  np.testing.assert_allclose(
-      [r["loss"] for r in writers.read_metrics(str(tmp_path / "multi"), "train")],
-      [r["loss"] for r in writers.read_metrics(str(tmp_path / "single"), "train")],
-      rtol=1e-5)
-
-
 # The processes agree on the stop step through JAX's coordination service, whose notice has
 # been seen to take 31 steps to arrive on a loaded machine (4 on 2026-11-28): each run has over
 # twice that to stop in. Two processes on 2 cores train about 2 steps/s, so every step of the
@@ -233,6 +220,30 @@ POD_STEPS = 80
 # Which process a preemption reaches, run after run: the other one must stop at the same step
 # (both reached at once is the easier case of the same agreement).
 SIGNALLED = [(1,), (0,)]
+
+
+def _pod_flags(tfds_dir, workdir, log_every=POD_STEPS + 1):
+  """The two-process runs' flags: no log step and no checkpoint before the end by default."""
+  return _tiny_flags(tfds_dir, workdir, steps=POD_STEPS, every=POD_STEPS, log_every=log_every)
+
+
+@pytest.fixture(scope="session")
+def pod_straight(tfds_dir, tmp_path_factory, worker_id):
+  """Processes 0 and 1 of one run trained uninterrupted, each step's loss logged: what one
+  process with as many devices must equal, and where a preempted run must end."""
+  return made_once(tmp_path_factory, worker_id, "pod_straight", lambda path: _finish(
+      _two_processes(_pod_flags(tfds_dir, path, log_every=1), path.parent / "pod_straight_logs")))
+
+
+def test_two_processes_train_like_one_process_with_as_many_devices(pod_straight, tfds_dir,
+                                                                  tmp_path):
+  single = _run(_pod_flags(tfds_dir, tmp_path / "single", log_every=1), devices=4)
+  assert single.returncode == 0, single.stderr[-2000:]
+  multi = [r["loss"] for r in writers.read_metrics(pod_straight, "train")]
+  assert len(multi) == POD_STEPS
+  np.testing.assert_allclose(
+      multi, [r["loss"] for r in writers.read_metrics(str(tmp_path / "single"), "train")],
+      rtol=1e-5)
 
 
 def _wait_for_progress(proc, step, procs, timeout=120):
@@ -246,14 +257,12 @@ def _wait_for_progress(proc, step, procs, timeout=120):
 
 
 @pytest.mark.slow
-def test_a_sigterm_to_any_process_stops_both_at_one_step_and_the_rerun_resumes(tfds_dir,
-                                                                                tmp_path):
+def test_a_sigterm_to_any_process_stops_both_at_one_step_and_the_rerun_resumes(
+    pod_straight, tfds_dir, tmp_path):
   """A pod's preemption: SIGTERM to process 1, then to process 0; no log step and no
   checkpoint in between (both are past the end). Each time both save the same step and exit 0;
   the runs resume one after the other and end where an uninterrupted run ends."""
-  flags = lambda w: _tiny_flags(tfds_dir, w, steps=POD_STEPS, every=POD_STEPS,  # noqa: E731
-                                log_every=POD_STEPS + 1)
-  _finish(_two_processes(flags(tmp_path / "straight"), tmp_path / "logs_straight"))
+  flags = lambda w: _pod_flags(tfds_dir, w)  # noqa: E731
   workdir = tmp_path / "w"
   saved = 0
   for run, signalled in enumerate(SIGNALLED):
@@ -272,5 +281,5 @@ def test_a_sigterm_to_any_process_stops_both_at_one_step_and_the_rerun_resumes(t
         checkpoint.checkpoint_dir(str(workdir))), (step, saved)
     saved = step
   _finish(_two_processes(flags(workdir), tmp_path / "logs_end"))
-  for a, b in zip(_params(tmp_path / "straight"), _params(workdir)):
+  for a, b in zip(_params(pod_straight), _params(workdir)):
     np.testing.assert_array_equal(a, b)
