@@ -7,12 +7,11 @@ BLEU is what the sacrebleu command line gives for the files written.
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+import script_starter
 from conftest import DEFAULT, REPO, script_env
 from test_bleu import sacrebleu_cli
 from transformer.errors import ConfigError, TrainingError
@@ -101,8 +100,8 @@ def test_main_job_shortened_learns_and_decodes_the_held_out_split_by_beam_search
                                       f"--config.eval_every_steps={SHORT_RUN_STEPS}",
                                       f"--config.checkpoint_every_steps={SHORT_RUN_STEPS}"]),
                         ("evaluate.py", [])):  # evaluate: beam 4, alpha 0.6
-    run = subprocess.run([sys.executable, str(REPO / "scripts" / script), f"--workdir={workdir}",
-                          *flags], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    run = script_starter.run(REPO / "scripts" / script, [f"--workdir={workdir}", *flags],
+                             env=env, cwd=REPO, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     output = run.stdout + run.stderr
     assert "\x1b" not in output and "Downloading" not in output, output[-3000:]

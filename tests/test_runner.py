@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import jax
 import pytest
 
 from test_grid import REPO, TINY, tiny_sweep
@@ -15,6 +16,16 @@ from transformer import storage
 from transformer.errors import ConfigError, TrainingError
 from transformer.research import sweeps
 from transformer.training import loop
+
+
+@pytest.fixture(autouse=True)
+def one_device(monkeypatch):
+  """Points train on one device here: what the runner does with a point does not depend on
+  the device count (test_campaign.py runs its points on the 8 forced devices), and a tiny
+  step runs and compiles faster on one."""
+  train = loop.train_and_evaluate
+  monkeypatch.setattr(loop, "train_and_evaluate", lambda exp, workdir: train(
+      exp, workdir, devices=jax.devices()[:1]))
 
 
 def test_interrupted_sweep_resumes_and_aggregates_from_results(gcs):
