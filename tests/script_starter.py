@@ -12,6 +12,7 @@ device: nothing is initialised before the fork.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,8 @@ class Started:
     if self.returncode is None and os.path.exists(self._status):
       with open(self._status) as f:
         self.returncode = int(f.read())
+      if not self._read:  # nothing left to read back: its folder goes
+        shutil.rmtree(os.path.dirname(self._status), ignore_errors=True)
     return self.returncode
 
   def wait(self, timeout=None):
@@ -107,8 +110,11 @@ class Started:
 
   def communicate(self, timeout=None):
     self.wait(timeout)
-    return tuple(open(path).read() if path and path in self._read else None
-                 for path in (self._stdout, self._stderr))
+    outputs = tuple(open(path).read() if path in self._read else None
+                    for path in (self._stdout, self._stderr))
+    shutil.rmtree(os.path.dirname(self._status), ignore_errors=True)
+    self._read = []
+    return outputs
 
 
 def start(script, args, env, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -147,3 +153,12 @@ def run(script, args, env, cwd, timeout=300, stdin: str = "") -> subprocess.Comp
     started.kill()
     raise
   return subprocess.CompletedProcess(started.args, started.returncode, out, err)
+
+
+def run_code(code: str, args=(), **kwargs) -> subprocess.CompletedProcess:
+  """Python source `code` to its end, as `run` runs a script (kwargs: env, cwd, timeout)."""
+  with tempfile.TemporaryDirectory(prefix="code-") as folder:
+    path = os.path.join(folder, "code.py")
+    with open(path, "w") as f:
+      f.write(code)
+    return run(path, args, **kwargs)

@@ -8,8 +8,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
-import sys
 import textwrap
 import traceback
 
@@ -17,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 
+import script_starter
 from conftest import REPO, read_only, script_env, tiny_experiment
 from transformer import checkpoint, model_summary, models, storage
 from transformer.data import corpus_files
@@ -214,7 +213,8 @@ def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config,
       np.save({str(tmp_path / 'logits.npy')!r}, np.asarray(logits))
   """)
   env = script_env()
-  subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=REPO)
+  done = script_starter.run_code(script, env=env, cwd=REPO)
+  assert done.returncode == 0, done.stderr[-3000:]
   np.testing.assert_allclose(np.load(tmp_path / "logits.npy"), expected, rtol=1e-5, atol=1e-6)
 
 

@@ -8,8 +8,6 @@ import gc
 import logging
 import pathlib
 import shutil
-import subprocess
-import sys
 import textwrap
 
 import grain
@@ -20,6 +18,7 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+import script_starter
 from conftest import read_only, script_env
 from transformer import checkpoint as ckpt
 from transformer.errors import RunError
@@ -286,8 +285,7 @@ def test_interrupted_save_is_not_a_checkpoint(tmp_path):
       print("not killed")
   """)
   env = script_env()
-  proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True,
-                        text=True, timeout=120)
+  proc = script_starter.run_code(script, env=env, cwd=REPO, timeout=120)
   assert proc.returncode == -9, proc.stdout + proc.stderr
   leftovers = [p.name for p in (tmp_path / "checkpoints").iterdir()]
   assert "1" in leftovers and "2" not in leftovers

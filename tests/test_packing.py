@@ -3,13 +3,12 @@ exact resume, and packed rows give the models exactly the logits of the unpacked
 
 import itertools
 import json
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
+import script_starter
 from conftest import REPO, script_env
 from transformer.config import ModelConfig
 from transformer.data import token_store
@@ -185,6 +184,5 @@ next(it)
 def test_a_prefetching_iterator_left_open_at_exit_prints_nothing():
   """Round 7, item 8: grain's __del__ closed it after the module's globals were gone, and
   'Exception ignored ... AttributeError' was printed at every such exit."""
-  proc = subprocess.run([sys.executable, "-c", _LEFT_OPEN], env=script_env(), cwd=REPO,
-                        capture_output=True, text=True, timeout=300)
+  proc = script_starter.run_code(_LEFT_OPEN, env=script_env(), cwd=REPO)
   assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]

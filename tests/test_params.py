@@ -3,14 +3,13 @@
 A subprocess with one device reads back what 8 forced CPU devices wrote.
 """
 
-import subprocess
-import sys
 import textwrap
 
 import jax
 import numpy as np
 import pytest
 
+import script_starter
 from conftest import script_env
 from test_manager import CONFIG, MODEL, REPO, assert_bitwise_equal, make_state
 from transformer import checkpoint as ckpt
@@ -54,8 +53,7 @@ def test_load_params_in_one_device_process(tmp_path, mesh):
       print(model.d_model)
   """)
   env = script_env()
-  proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True,
-                        text=True, timeout=120)
+  proc = script_starter.run_code(script, env=env, cwd=REPO, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.strip() == str(MODEL.d_model)
   got = np.load(out)

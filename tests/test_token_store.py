@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import batch_identity as bi
+import script_starter
 from conftest import REPO, read_only, script_env
 from transformer import errors
 from transformer.data import pipeline, text, token_store
@@ -283,8 +284,7 @@ except RunError as e:
 def test_a_store_cut_short_under_a_running_job_ends_it_in_one_line(tmp_path):
   """A store file truncated while a job read it killed the job with a bus error (exit 135),
   no message, the steps since the last checkpoint lost; a rerun rebuilds it."""
-  proc = subprocess.run([sys.executable, "-c", _CUT_SHORT, str(tmp_path)], env=script_env(),
-                        capture_output=True, text=True, timeout=300)
+  proc = script_starter.run_code(_CUT_SHORT, [tmp_path], env=script_env(), cwd=os.getcwd())
   assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
   [line] = proc.stdout.splitlines()
   assert re.fullmatch(rf"The token store {tmp_path}/tokens/\S+ was damaged while this run read "
