@@ -21,7 +21,8 @@ import time
 
 # The server: reads one JSON request a line on stdin, answers the child's pid on stdout, and
 # writes each child's exit status (as Popen's returncode) to its status file once reaped. It
-# starts no thread, so forking it is safe.
+# starts no thread, so forking it is safe. A worker sends its next request only after the
+# answer to the last, so no second line waits in stdin's buffer unseen by select.
 _SERVER = r"""
 import json, os, select, sys
 import transformer.cli, transformer.trained.evaluate, transformer.training.loop  # the scripts' own
