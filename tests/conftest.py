@@ -238,6 +238,7 @@ def made_once(tmp_path_factory, worker_id, name, make) -> str:
   with open(shared / f"{name}.lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if not (shared / f"{name}.made").exists():
+      shutil.rmtree(path, ignore_errors=True)  # what a failed first try left is not reused
       make(path)
       (shared / f"{name}.made").touch()
   return str(path)
