@@ -8,13 +8,15 @@ import subprocess
 import sys
 
 # XLA's CPU backend at its lowest optimisation level and, where this jaxlib's XLA has the
-# switch (0.10 does, 0.12 not), without its MLIR fusion emitters: the tests' tiny programs
+# switches (0.10 has both, 0.12 neither), without its MLIR fusion emitters and on its classic
+# runtime (one compiled function a program, not a thunk a kernel): the tests' tiny programs
 # compile much faster (compiling, not running, is most of their time; test_models.py and
-# test_decoding.py: 160 s -> 106 s on 2 cores), and every check compares within one setting or
-# to a tolerance. Scripts the tests run get the same flags, but for the few runs bound by
-# running (the main job's test, the analysis script): those drop them.
+# test_decoding.py: 160 s -> 106 s on 2 cores for the first two; the classic runtime then took
+# the model, attention, loop and diagnostics files from 135 s to 124 s), and every check
+# compares within one setting or to a tolerance. Scripts the tests run get the same flags, but
+# for the two runs bound by running (the main job's test, the notebook's): those drop them.
 _LOWEST_OPTIMISATION = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-_NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+_IF_ACCEPTED = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_use_thunk_runtime=false")
 
 
 def _xla_accepts(flag: str) -> bool:
@@ -25,8 +27,9 @@ def _xla_accepts(flag: str) -> bool:
 
 
 if "TRANSFORMER_TESTS_FAST_COMPILE" not in os.environ:  # the controller asks; workers inherit
-  os.environ["TRANSFORMER_TESTS_FAST_COMPILE"] = " ".join(
-      [_LOWEST_OPTIMISATION] + [_NO_FUSION_EMITTERS] * _xla_accepts(_NO_FUSION_EMITTERS))
+  accepted = (list(_IF_ACCEPTED) if _xla_accepts(" ".join(_IF_ACCEPTED))  # one probe if all are
+              else [flag for flag in _IF_ACCEPTED if _xla_accepts(flag)])
+  os.environ["TRANSFORMER_TESTS_FAST_COMPILE"] = " ".join([_LOWEST_OPTIMISATION, *accepted])
 FAST_COMPILE = os.environ["TRANSFORMER_TESTS_FAST_COMPILE"]
 os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", ""), FAST_COMPILE, "--xla_force_host_platform_device_count=8"]
@@ -244,6 +247,38 @@ def made_once(tmp_path_factory, worker_id, name, make) -> str:
   return str(path)
 
 
+# The uninterrupted run of scripts/train.py that interrupted, resumed and gs:// runs of the
+# same flags must equal: tiny_train_flags, checkpoints at 10, 20, 30 and 40.
+STRAIGHT_STEPS, STRAIGHT_EVERY = 40, 10
+
+
+@pytest.fixture(scope="session")
+def straight(tfds_dir, tmp_path_factory, worker_id):
+  """STRAIGHT_STEPS of tiny_train_flags trained uninterrupted by scripts/train.py, once a
+  session; its closing lines checked."""
+  import re
+
+  import script_starter
+
+  def train(workdir):
+    flags = tiny_train_flags(tfds_dir, workdir, steps=STRAIGHT_STEPS, every=STRAIGHT_EVERY)
+    result = script_starter.run(TRAIN, flags, env=script_env(), cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    # It ends by saying what it did and where: the held-out figures, the checkpoint it wrote.
+    assert re.search(rf"^Run {workdir}: trained to step {STRAIGHT_STEPS}\.\n  held-out: token "
+                     r"accuracy [\d.]+%, NLL [\d.]+, perplexity [\d.]+\n", result.stdout, re.M)
+    assert (f"checkpoint {workdir}/checkpoints/{STRAIGHT_STEPS}; metrics {workdir}/metrics.jsonl"
+            in result.stdout)
+  return made_once(tmp_path_factory, worker_id, "straight", train)
+
+
+def metric_records(workdir) -> list[tuple]:
+  """(split, step, loss, accuracy) of every train and eval record of a workdir (local or gs://)."""
+  from transformer.training import writers
+  return [(r["split"], r["step"], r["loss"], r["accuracy"])
+          for r in writers.read_metrics(str(workdir)) if r["split"] in ("train", "eval")]
+
+
 @pytest.fixture(scope="session")
 def decode_run(tmp_path_factory, tfds_dir, worker_id):
   """A seconds-long seq2seq run, with BLEU on the eval split every 5 steps, trained once per
@@ -304,11 +339,20 @@ def pytest_unconfigure(config):
       shutil.rmtree(own, ignore_errors=True)
 
 
+# The tests that run configs/default.py's model at XLA's default level: one xdist group
+# (pytest.ini's --dist loadgroup), so one worker runs them in turn and the later ones' compiles
+# are hits in the session's compilation cache (the notebook's training cell: 37 s -> 21 s).
+MAIN_JOB_GROUP = "main_job"
+
+
 def pytest_configure(config):
   config.addinivalue_line("markers", "slow: a test of minutes; collected first (see below)")
+  config.addinivalue_line("markers", "after_main_job: after the main job's test, in its group")
 
 
 def pytest_collection_modifyitems(config, items):
   """The slowest tests first, so that the two xdist workers do not end with one of them alone
-  running a test of minutes while the other waits."""
-  items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: else in order
+  running a test of minutes while the other waits; of those, what compiles the main job's
+  programs again after the main job's test."""
+  items.sort(key=lambda item: (item.get_closest_marker("slow") is None,  # stable: else in order
+                               item.get_closest_marker("after_main_job") is not None))

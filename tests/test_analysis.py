@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import script_starter
-from conftest import REPO
+from conftest import REPO, script_env
 from transformer.errors import ConfigError, RunError
 from transformer.research import analysis
 from transformer.trained import loading
@@ -39,9 +39,8 @@ def test_train_with_diagnostics_then_analyze(tiny_config, tmp_path):
 
   # Written by 8 devices (tests/conftest.py), analysed by a process with one device.
   assert jax.device_count() == 8
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   proc = script_starter.run(REPO / "scripts" / "analyze.py",
-                            [f"--workdir={workdir}", "--num_batches=2"], env=env, cwd=REPO)
+                            [f"--workdir={workdir}", "--num_batches=2"], env=script_env(), cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-2000:]
   plots = os.path.join(workdir, "plots")
   for name in ("analysis.md", "analysis.json", "attention_entropy.png", "logit_variance.png",

@@ -9,7 +9,7 @@ import nbclient
 import nbformat
 import pytest
 
-from conftest import REPO
+from conftest import MAIN_JOB_GROUP, REPO
 
 NOTEBOOK = REPO / "docs" / "analysis.ipynb"
 FIGURES = 6  # ratio by frequency, ratio over training, attention maps, entropy, Var(q.k), log Z
@@ -26,6 +26,8 @@ def _text(cell) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.after_main_job
+@pytest.mark.xdist_group(MAIN_JOB_GROUP)
 def test_the_notebook_runs_top_to_bottom_training_its_own_run(tfds_dir, tmp_path, monkeypatch):
   monkeypatch.delenv("ANALYSIS_WORKDIR", raising=False)  # the kernel inherits the environment
   monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the training cell's mkdtemp makes the run

@@ -53,16 +53,21 @@ def test_a_chip_without_published_figures_is_divided_by_the_measured_peak():
   assert got["mfu_peak_source"] == "measured matmul peak (cpu has no published peak in chips.CHIPS)"
 
 
-def test_benchmark_script_reports_every_mode(tmp_path):
-  """scripts/benchmark.py end to end on a tiny config: one JSON with every mode's figures."""
+def test_benchmark_script_reports_every_mode(tmp_path, tfds_dir):
+  """scripts/benchmark.py end to end on a tiny config: one JSON with every mode's figures.
+  The loop mode runs the main job, shrunk: the loop's steps a second (the windows after the
+  compiling one), the step's alone, their ratio, and the host's time a step and its wait for
+  batches. No time is asserted."""
   out = tmp_path / "bench.json"
   env = script_env()
   proc = script_starter.run(REPO / "scripts" / "benchmark.py", [
-      "--config=configs/default.py", "--config.model.d_model=32", "--config.model.d_ff=64",
+      "--config=configs/default.py", f"--config.tfds_data_dir={tfds_dir}",
+      "--config.model.d_model=32", "--config.model.d_ff=64",
       "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
-      "--config.batch_size=8", "--config.max_len=8", "--mode=train,eval,diagnostics,decode",
+      "--config.batch_size=8", "--config.max_len=17", "--mode=train,eval,diagnostics,decode,loop",
       "--steps=1", "--repeats=1", "--diagnostics_every=2", "--decode_tokens=8",
-      f"--output={out}", f"--profile={tmp_path / 'profile'}"], env=env, cwd=REPO)
+      "--loop_steps=12", f"--output={out}", f"--profile={tmp_path / 'profile'}"], env=env,
+      cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-2000:]
   result = json.loads(out.read_text())
   assert result["mfu"] > 0 and result["compile_seconds"] > 0 and result["eval_tokens_per_sec"] > 0
@@ -74,6 +79,11 @@ def test_benchmark_script_reports_every_mode(tmp_path):
   assert diag["every_steps"] == 2 and diag["seconds_with"] > 0 and diag["seconds_without"] > 0
   assert diag["overhead"] == pytest.approx(diag["seconds_with"] / diag["seconds_without"] - 1)
   assert result["decode"]["cached_tokens_per_sec"] > 0 and result["decode"]["speedup"] > 0
+  loop = result["loop"]
+  assert (loop["steps"], loop["log_every_steps"], loop["timed_steps"]) == (12, 3, 9)
+  assert loop["step_alone_steps_per_sec"] == pytest.approx(1 / result["train_step_seconds"])
+  assert loop["ratio"] == pytest.approx(loop["steps_per_sec"] / loop["step_alone_steps_per_sec"])
+  assert 0 <= loop["input_ms_per_step"] <= loop["host_ms_per_step"] and loop["steps_per_sec"] > 0
   assert result["profile_dir"] == str(tmp_path / "profile")
   assert [t.stat().st_size > 0 for t in (tmp_path / "profile").rglob("*.xplane.pb")] == [True]
 
@@ -155,26 +165,6 @@ def test_a_folder_of_results_is_one_table_and_the_committed_ones_match_their_rea
     shown = [line for line in (folder / "README.md").read_text().splitlines()
              if line.startswith(("| pass", "|---"))]
     assert shown == benchmarking.comparison_table(str(folder)), folder.name
-
-
-def test_the_loop_mode_reports_the_main_jobs_loop_beside_its_step(tmp_path, tfds_dir):
-  """scripts/benchmark.py --mode=loop on the main job, shrunk: the loop's steps a second
-  (the windows after the compiling one), the step's alone, their ratio, and the host's time
-  a step and its wait for batches. No time is asserted."""
-  out = tmp_path / "loop.json"
-  proc = script_starter.run(REPO / "scripts" / "benchmark.py", [
-      "--config=configs/default.py", f"--config.tfds_data_dir={tfds_dir}",
-      "--config.model.d_model=32", "--config.model.d_ff=64",
-      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
-      "--config.batch_size=8", "--config.max_len=17", "--mode=loop", "--loop_steps=12",
-      "--steps=1", "--repeats=1", f"--output={out}"], env=script_env(), cwd=REPO)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  result = json.loads(out.read_text())
-  got = result["loop"]
-  assert (got["steps"], got["log_every_steps"], got["timed_steps"]) == (12, 3, 9)
-  assert got["step_alone_steps_per_sec"] == pytest.approx(1 / result["train_step_seconds"])
-  assert got["ratio"] == pytest.approx(got["steps_per_sec"] / got["step_alone_steps_per_sec"])
-  assert 0 <= got["input_ms_per_step"] <= got["host_ms_per_step"] and got["steps_per_sec"] > 0
 
 
 def test_the_loop_mode_runs_p1_at_a_tiny_size(tmp_path, tfds_dir):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import script_starter
-from conftest import DEFAULT, REPO, script_env
+from conftest import DEFAULT, MAIN_JOB_GROUP, REPO, script_env
 from test_bleu import sacrebleu_cli
 from transformer.errors import ConfigError, TrainingError
 from transformer.trained import evaluate
@@ -83,6 +83,8 @@ def test_a_workdir_where_results_cannot_be_written_is_said_before_evaluating(dec
     evaluate.evaluate_workdir(str(workdir))
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group(MAIN_JOB_GROUP)
 def test_main_job_shortened_learns_and_decodes_the_held_out_split_by_beam_search(tmp_path):
   """configs/default.py itself, fewer steps and a shorter held-out split (the README states
   the full run's figures), run as the README runs it, its output to files (not a terminal)

@@ -162,28 +162,46 @@ def test_evaluate_writes_a_non_finite_figure_as_null_never_nan(five_steps, tmp_p
   assert _strict_json(open(results["results_file"]).read())["loss"] is None
 
 
-@pytest.mark.slow
-def test_a_checkpoint_of_one_mesh_resumes_on_another_to_the_same_params(tiny_config, tmp_path):
+def _fsdp_config(tfds_dir):
+  """tiny_experiment, 5 steps with params and optimizer state split over the 8 devices."""
+  config = tiny_experiment(tfds_dir)
   # The key bias has an exactly-zero true gradient, which Adam turns into +-lr noise.
-  tiny_config.model.use_bias = False
-  tiny_config.log_every_steps = tiny_config.eval_every_steps = 10
+  config.model.use_bias = False
+  config.log_every_steps = config.eval_every_steps = 10
+  config.num_train_steps, config.fsdp = 5, 8
+  return config
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tfds_dir, tmp_path_factory):
+  """_fsdp_config trained on the 8 devices, saved at step 5: the two tests below read it (one
+  xdist group, so one worker trains it once)."""
+  workdir = tmp_path_factory.mktemp("fsdp_run")
+  _train(_fsdp_config(tfds_dir), str(workdir), devices=jax.devices())
+  return workdir
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("fsdp_run")
+def test_a_checkpoint_of_one_mesh_resumes_on_another_to_the_same_params(fsdp_run, tfds_dir,
+                                                                        tmp_path):
+  config = _fsdp_config(tfds_dir)
+  config.num_train_steps, config.fsdp = 10, 1
   whole = tmp_path / "whole"
-  _train(tiny_config, str(whole), devices=jax.devices())  # all-data, 10 steps
+  _train(config, str(whole), devices=jax.devices())  # all-data, 10 steps
   split = tmp_path / "split"
-  tiny_config.num_train_steps, tiny_config.fsdp = 5, 8  # FSDP, saved at step 5 ...
-  _train(tiny_config, str(split), devices=jax.devices())
-  tiny_config.num_train_steps, tiny_config.fsdp = 10, 1  # ... resumed all-data
-  assert _train(tiny_config, str(split), devices=jax.devices()).step == 10
+  shutil.copytree(fsdp_run, split)  # FSDP, saved at step 5 ...
+  assert _train(config, str(split), devices=jax.devices()).step == 10  # ... resumed all-data
   expected, got = (checkpoint.load_params(str(w))[0] for w in (whole, split))
   for a, b in zip(jax.tree_util.tree_leaves(expected), jax.tree_util.tree_leaves(got)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_load_params_of_an_eight_device_run_in_a_one_device_process(tiny_config, tmp_path, devices):
-  workdir = tmp_path / "w"
-  tiny_config.num_train_steps = 5
-  tiny_config.fsdp = 8  # params and optimizer state saved split over the 8 devices
-  _train(tiny_config, str(workdir), devices=devices)
+@pytest.mark.xdist_group("fsdp_run")
+def test_load_params_of_an_eight_device_run_in_a_one_device_process(fsdp_run, tfds_dir, tmp_path,
+                                                                   devices):
+  workdir = fsdp_run  # params and optimizer state saved split over the 8 devices
+  tiny_config = _fsdp_config(tfds_dir)
   # The logits of the training process's own (sharded, restored) state ...
   from transformer.training import sharding, steps
   model_config = checkpoint.load_params(str(workdir))[1]

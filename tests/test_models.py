@@ -289,7 +289,7 @@ def test_the_splash_kernel_computes_what_the_einsum_path_computes(model_cls):
     def loss(p):
       logits = model.logits(p, batch)
       return jnp.sum(jnp.sin(logits)), logits
-    (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)  # one interpreted pass
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)  # one program
     out[impl] = (logits, grads)
   np.testing.assert_allclose(out["splash"][0], out["einsum"][0], atol=1e-4)
   for a, b in zip(jax.tree_util.tree_leaves(out["splash"][1]),

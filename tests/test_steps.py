@@ -85,12 +85,19 @@ def _flops(compiled) -> float:
   return (cost[0] if isinstance(cost, list) else cost)["flops"]
 
 
+@functools.cache
+def _one_device_run(model_cls=Transformer):
+  """_setup's model trained on 5 batches on one device: what the multi-device runs of it below
+  must compute (trained once a worker)."""
+  model, tx, lr_fn = _setup(model_cls)
+  return _train(model, tx, lr_fn, jax.devices("cpu")[:1], _batches(5))
+
+
 @pytest.mark.parametrize("model_cls", [Transformer, DecoderOnly])
 def test_eight_devices_equal_one_device(devices, model_cls):
   model, tx, lr_fn = _setup(model_cls)
-  batches = _batches(5)
-  one, p1 = _train(model, tx, lr_fn, devices[:1], batches)
-  eight, p8 = _train(model, tx, lr_fn, devices, batches)
+  one, p1 = _one_device_run(model_cls)
+  eight, p8 = _train(model, tx, lr_fn, devices, _batches(5))
   np.testing.assert_allclose(eight, one, rtol=1e-5)
   assert one[-1] < one[0]
   for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p8)):
@@ -110,9 +117,7 @@ def test_gradient_accumulation_equals_one_big_batch(devices):
 @pytest.mark.parametrize("fsdp", [8, 4])  # fsdp 8; data 2 x fsdp 4
 def test_fsdp_computes_what_one_device_computes(devices, fsdp):
   model, tx, lr_fn = _setup()
-  batches = _batches(5)
-  _assert_same_run(_train(model, tx, lr_fn, devices[:1], batches),
-                   _train(model, tx, lr_fn, devices, batches, fsdp=fsdp))
+  _assert_same_run(_one_device_run(), _train(model, tx, lr_fn, devices, _batches(5), fsdp=fsdp))
 
 
 def test_fsdp_splits_params_and_optimizer_state_over_the_devices(devices):

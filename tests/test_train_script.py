@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import script_starter
-from conftest import REPO, TRAIN, made_once, script_env as _env, tiny_train_flags as _tiny_flags
+from conftest import (REPO, STRAIGHT_EVERY as EVERY, STRAIGHT_STEPS as STEPS, TRAIN, made_once,
+                      metric_records as _records, script_env as _env,
+                      tiny_train_flags as _tiny_flags)
 from transformer import checkpoint
 from transformer.training import writers
 
@@ -85,31 +87,11 @@ def _signal_while_stopped(procs, targets, sig):
         p.send_signal(signal.SIGCONT)
 
 
-STEPS, EVERY = 40, 10  # checkpoints at 10, 20, 30, 40
 # Interruptions in turn (how, at the step reached), each followed by the same command again:
 # every kind twice: before any checkpoint, before the first periodic one, between them.
 INTERRUPTIONS = [("SIGKILL", 3), ("SIGINT", 6), ("torn", 0), ("SIGTERM", 13), ("SIGINT", 17),
                  ("SIGKILL", 26), ("torn", 0), ("SIGTERM", 33)]
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 0, "SIGKILL": -9}
-
-
-@pytest.fixture(scope="session")
-def straight(tfds_dir, tmp_path_factory, worker_id):
-  """The uninterrupted run the interrupted ones must equal."""
-  def train(workdir):
-    result = _run(_tiny_flags(tfds_dir, workdir, steps=STEPS, every=EVERY))
-    assert result.returncode == 0, result.stderr[-2000:]
-    # It ends by saying what it did and where: the held-out figures, the checkpoint it wrote.
-    assert re.search(rf"^Run {workdir}: trained to step {STEPS}\.\n  held-out: token accuracy "
-                     rf"[\d.]+%, NLL [\d.]+, perplexity [\d.]+\n", result.stdout, re.M)
-    assert f"checkpoint {workdir}/checkpoints/{STEPS}; metrics {workdir}/metrics.jsonl" in (
-        result.stdout)
-  return made_once(tmp_path_factory, worker_id, "straight", train)
-
-
-def _records(workdir):
-  return [(r["split"], r["step"], r["loss"], r["accuracy"])
-          for r in writers.read_metrics(str(workdir)) if r["split"] in ("train", "eval")]
 
 
 def test_interrupted_anywhere_and_rerun_equals_an_uninterrupted_run(straight, tfds_dir,
