@@ -12,7 +12,7 @@ import sys
 # runtime (one compiled function a program, not a thunk a kernel): the tests' tiny programs
 # compile much faster (compiling, not running, is most of their time; test_models.py and
 # test_decoding.py: 160 s -> 106 s on 2 cores for the first two; the classic runtime then took
-# the model, attention, loop and diagnostics files from 135 s to 124 s), and every check
+# the model, attention, loop, diagnostics and model-kind files from 135 s to 124 s), and every check
 # compares within one setting or to a tolerance. Scripts the tests run get the same flags, but
 # for the two runs bound by running (the main job's test, the notebook's): those drop them.
 _LOWEST_OPTIMISATION = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"

@@ -65,7 +65,7 @@ def test_benchmark_script_reports_every_mode(tmp_path, tfds_dir):
       "--config.model.d_model=32", "--config.model.d_ff=64",
       "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
       "--config.batch_size=8", "--config.max_len=17", "--mode=train,eval,diagnostics,decode,loop",
-      "--steps=1", "--repeats=1", "--diagnostics_every=2", "--decode_tokens=8",
+      "--steps=1", "--repeats=1", "--diagnostics_every=2", "--decode_tokens=17",
       "--loop_steps=12", f"--output={out}", f"--profile={tmp_path / 'profile'}"], env=env,
       cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-2000:]

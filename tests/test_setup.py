@@ -160,5 +160,8 @@ def test_the_core_is_the_model_layer_and_the_extras_add_the_rest():
 def test_ci_tests_the_pinned_floors_on_3_11_and_the_newest_on_3_12():
   ci = (REPO / ".ci" / "run").read_text()
   assert 'fresh_env .venv "$(python_of 3.11)" test,tpu -c constraints-py311.txt\n' in ci
-  assert 'fresh_env .venv-newest "$(python_of 3.12)" test > .ci-logs/newest.log 2>&1 &\n' in ci
-  assert 'core_env .venv-core "$(python_of 3.11)" > .ci-logs/core.log 2>&1 &\n' in ci
+  assert 'in_clone newest fresh_env .venv-newest "$(python_of 3.12)" test > ' in ci
+  assert 'in_clone core core_env .venv-core "$(python_of 3.11)" > ' in ci
+  # Each built beside the first environment's tests is waited for, then tested.
+  assert ci.index('finished "$newest"') < ci.index('.venv-newest/bin/python -m pytest -n 2')
+  assert ci.index('finished "$core"') < ci.index("core_env_check .ci-work/core/.venv-core\n")

@@ -88,7 +88,7 @@ def _flops(compiled) -> float:
 @functools.cache
 def _one_device_run(model_cls=Transformer):
   """_setup's model trained on 5 batches on one device: what the multi-device runs of it below
-  must compute (trained once a worker)."""
+  must compute (trained once a worker and model class)."""
   model, tx, lr_fn = _setup(model_cls)
   return _train(model, tx, lr_fn, jax.devices("cpu")[:1], _batches(5))
 
@@ -117,7 +117,8 @@ def test_gradient_accumulation_equals_one_big_batch(devices):
 @pytest.mark.parametrize("fsdp", [8, 4])  # fsdp 8; data 2 x fsdp 4
 def test_fsdp_computes_what_one_device_computes(devices, fsdp):
   model, tx, lr_fn = _setup()
-  _assert_same_run(_one_device_run(), _train(model, tx, lr_fn, devices, _batches(5), fsdp=fsdp))
+  _assert_same_run(_one_device_run(Transformer),
+                   _train(model, tx, lr_fn, devices, _batches(5), fsdp=fsdp))
 
 
 def test_fsdp_splits_params_and_optimizer_state_over_the_devices(devices):

@@ -54,7 +54,7 @@ def test_appends_and_atomic_writes_read_back_on_disk_and_in_a_bucket(gcs, tmp_pa
 
 
 STEPS, EVERY = STRAIGHT_STEPS, STRAIGHT_EVERY  # the session's `straight` run is the same run
-KILL_AFTER = 20  # ten steps past the checkpoint at 10, twenty before the end
+KILL_AFTER = 20  # a checkpoint step: the resume takes the newest whole checkpoint, 10 or 20
 
 
 def _train(flags, cwd):
