@@ -164,4 +164,4 @@ def test_ci_tests_the_pinned_floors_on_3_11_and_the_newest_on_3_12():
   assert 'in_clone core core_env .venv-core "$(python_of 3.11)" > ' in ci
   # Each built beside the first environment's tests is waited for, then tested.
   assert ci.index('finished "$newest"') < ci.index('.venv-newest/bin/python -m pytest -n 2')
-  assert ci.index('finished "$core"') < ci.index("core_env_check .ci-work/core/.venv-core\n")
+  assert ci.index('finished "$core"') < ci.index("(cd .ci-work/core && core_env_check .venv-core)")
