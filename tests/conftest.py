@@ -8,15 +8,15 @@ import subprocess
 import sys
 
 # XLA's CPU backend at its lowest optimisation level and, where this jaxlib's XLA has the
-# switches (0.10 has both, 0.12 neither), without its MLIR fusion emitters and on its classic
-# runtime (one compiled function a program, not a thunk a kernel): the tests' tiny programs
+# switch (0.10 has it, 0.12 not), without its MLIR fusion emitters: the tests' tiny programs
 # compile much faster (compiling, not running, is most of their time; test_models.py and
-# test_decoding.py: 160 s -> 106 s on 2 cores for the first two; the classic runtime then took
-# the model, attention, loop, diagnostics and model-kind files from 135 s to 124 s), and every check
-# compares within one setting or to a tolerance. Scripts the tests run get the same flags, but
-# for the two runs bound by running (the main job's test, the notebook's): those drop them.
+# test_decoding.py: 160 s -> 106 s on 2 cores for the first two), and every check compares within
+# one setting or to a tolerance. (XLA 0.10 still accepts --xla_cpu_use_thunk_runtime=false but
+# ignores it, saying so: its CPU programs run as thunks either way.) Scripts the tests run get
+# the same flags, but for the two runs bound by running (the main job's test, the notebook's):
+# those drop them.
 _LOWEST_OPTIMISATION = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-_IF_ACCEPTED = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_use_thunk_runtime=false")
+_IF_ACCEPTED = ("--xla_cpu_use_fusion_emitters=false",)
 
 
 def _xla_accepts(flag: str) -> bool:
@@ -27,8 +27,7 @@ def _xla_accepts(flag: str) -> bool:
 
 
 if "TRANSFORMER_TESTS_FAST_COMPILE" not in os.environ:  # the controller asks; workers inherit
-  accepted = (list(_IF_ACCEPTED) if _xla_accepts(" ".join(_IF_ACCEPTED))  # one probe if all are
-              else [flag for flag in _IF_ACCEPTED if _xla_accepts(flag)])
+  accepted = [flag for flag in _IF_ACCEPTED if _xla_accepts(flag)]
   os.environ["TRANSFORMER_TESTS_FAST_COMPILE"] = " ".join([_LOWEST_OPTIMISATION, *accepted])
 FAST_COMPILE = os.environ["TRANSFORMER_TESTS_FAST_COMPILE"]
 os.environ["XLA_FLAGS"] = " ".join(

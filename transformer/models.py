@@ -15,6 +15,7 @@ class of an experiment's model_type.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import flax.linen as nn
@@ -407,9 +408,11 @@ def row_flops(model: "ModelKind", length: int) -> float:
   return model.forward_flops({k: (1, length) for k in model.batch_keys})
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def init_params(model: nn.Module, rng: jax.Array, batch: Mapping[str, jax.Array]) -> Any:
   """Fresh params of a model; `batch` (int arrays [B, L] under `model.batch_keys`) only
-  fixes the shapes."""
+  fixes the shapes. Compiled (the model a static argument): run op by op, a model's init
+  compiles each of its hundred-odd operations on its own."""
   return model.init(rng, *(batch[k] for k in model.batch_keys))["params"]
 
 

@@ -60,8 +60,7 @@ def random_model(model_type: str, model_config: ModelConfig,
   inspect without an experiment (the decoding benchmark)."""
   model = build_model(model_type, model_config)
   rows = {k: np.ones((1, 8), np.int32) for k in model.batch_keys}
-  return model, jax.jit(models.init_params, static_argnums=0)(model, jax.random.PRNGKey(seed),
-                                                               rows)
+  return model, models.init_params(model, jax.random.PRNGKey(seed), rows)
 
 
 def step_flops(exp: experiment.Experiment) -> float:
